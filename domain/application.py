@@ -1,0 +1,462 @@
+"""Use cases for application services: each loads, calls one command, saves."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, TypeVar
+from uuid import UUID
+
+from eventsourcing.application import AggregateNotFoundError, Application
+from eventsourcing.persistence import IntegrityError, JSONTranscoder
+
+from domain.conversation import Conversation, TurnEntry, TurnSizes, TurnStatus
+from domain.errors import (
+    ConversationNotFoundError,
+    InvalidInputError,
+    TextUnavailableError,
+    TurnConflictError,
+    TurnDeletedError,
+    VersionConflictError,
+)
+from domain.ports import TextVault
+from domain.text import (
+    DEFAULT_MAX_TURN_BYTES,
+    TextMetrics,
+    check_expected_version,
+    check_identifier,
+    check_text,
+    check_turn_size,
+)
+from domain.transcodings import BytesAsBase64, TurnEntryAsList
+from projections.window import (
+    Window,
+    WindowTurn,
+    assemble_window,
+    count_fitting_turns,
+    mandatory_size,
+    turn_cost,
+)
+
+T = TypeVar("T")
+
+# How often a write is retried after losing a race to another writer of the
+# same conversation. Each retry reloads the aggregate and re-checks every rule.
+_WRITE_ATTEMPTS = 50
+
+MAX_HISTORY_PAGE = 500
+
+
+@dataclass(frozen=True, slots=True)
+class TurnReceipt:
+    """Result of recording a turn; a retried request returns the same receipt."""
+
+    conversation_id: UUID
+    turn_id: str
+    status: TurnStatus
+    version: int
+    recorded_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryItem:
+    """A turn as the owner sees it; text is None once the turn is deleted."""
+
+    position: int
+    turn_id: str
+    status: TurnStatus
+    recorded_at: datetime
+    deleted_at: datetime | None
+    question: str | None
+    answer: str | None
+
+    @property
+    def deleted(self) -> bool:
+        return self.deleted_at is not None
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryPage:
+    conversation_id: UUID
+    version: int
+    total_turns: int
+    items: tuple[HistoryItem, ...]
+    next_offset: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class DeletionReceipt:
+    conversation_id: UUID
+    deleted_turn_ids: tuple[str, ...]
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectedWindow:
+    """A window plus the ledger version it was derived from."""
+
+    conversation_id: UUID
+    ledger_version: int
+    window: Window
+
+
+class Conversations(Application[UUID]):
+    """The conversation ledger, for application services."""
+
+    name = "Conversations"
+    snapshotting_intervals = {Conversation: 200}  # noqa: RUF012 (library API)
+    # Reading the log in pages larger than the library default of 10.
+    log_section_size = 1000
+
+    def __init__(
+        self,
+        env: dict[str, str] | None = None,
+        *,
+        vault: TextVault,
+        max_turn_bytes: int = DEFAULT_MAX_TURN_BYTES,
+    ) -> None:
+        self.vault = vault
+        self.max_turn_bytes = max_turn_bytes
+        super().__init__(env)
+
+    def register_transcodings(self, transcoder: JSONTranscoder) -> None:
+        super().register_transcodings(transcoder)
+        transcoder.register(BytesAsBase64())
+        transcoder.register(TurnEntryAsList())
+
+    def close(self) -> None:
+        super().close()
+        self.vault.close()
+
+    # Commands -----------------------------------------------------------------
+
+    def start_conversation(self, owner_id: str) -> UUID:
+        conversation = Conversation(owner_id=check_identifier("owner_id", owner_id))
+        self.save(conversation)
+        return conversation.id
+
+    def confirm_turn(
+        self,
+        owner_id: str,
+        conversation_id: UUID,
+        *,
+        turn_id: str,
+        question: str,
+        answer: str,
+        expected_version: int | None = None,
+    ) -> TurnReceipt:
+        """Record a completed exchange. Retrying with the same content is a no-op."""
+        return self._record_turn(
+            owner_id,
+            conversation_id,
+            turn_id=turn_id,
+            status=TurnStatus.CONFIRMED,
+            question=question,
+            answer=answer,
+            expected_version=expected_version,
+        )
+
+    def record_abandoned_turn(
+        self,
+        owner_id: str,
+        conversation_id: UUID,
+        *,
+        turn_id: str,
+        question: str,
+        outcome: TurnStatus | str,
+        partial_answer: str = "",
+        expected_version: int | None = None,
+    ) -> TurnReceipt:
+        """Record an exchange whose reply failed or was stopped: never sent."""
+        try:
+            status = TurnStatus(outcome)
+        except ValueError:
+            status = None
+        if status not in (TurnStatus.FAILED, TurnStatus.STOPPED):
+            raise InvalidInputError("outcome", "must be 'failed' or 'stopped'")
+        assert status is not None
+        return self._record_turn(
+            owner_id,
+            conversation_id,
+            turn_id=turn_id,
+            status=status,
+            question=question,
+            answer=partial_answer,
+            expected_version=expected_version,
+        )
+
+    def delete_history(
+        self,
+        owner_id: str,
+        conversation_id: UUID,
+        *,
+        turn_ids: Sequence[str] | None = None,
+        deleted_by: str | None = None,
+        expected_version: int | None = None,
+    ) -> DeletionReceipt:
+        """Delete the chosen turns, or the whole history when turn_ids is None."""
+        check_expected_version(expected_version)
+        actor = check_identifier("deleted_by", deleted_by or owner_id)
+        wanted = None
+        if turn_ids is not None:
+            if isinstance(turn_ids, str) or not isinstance(turn_ids, Sequence):
+                raise InvalidInputError("turn_ids", "expected a list of turn ids or None")
+            wanted = [check_identifier("turn_id", turn_id) for turn_id in turn_ids]
+
+        def attempt(conversation: Conversation) -> list[str]:
+            return conversation.delete_history(
+                turn_ids=wanted, deleted_by=actor, expected_version=expected_version
+            )
+
+        conversation, deleted = self._write(owner_id, conversation_id, attempt)
+        if deleted:
+            self.vault.shred(conversation.id, deleted)
+        return DeletionReceipt(conversation.id, tuple(deleted), conversation.version)
+
+    # Queries ------------------------------------------------------------------
+
+    def get_conversation(self, owner_id: str, conversation_id: UUID) -> Conversation:
+        check_identifier("owner_id", owner_id)
+        if not isinstance(conversation_id, UUID):
+            raise InvalidInputError("conversation_id", "expected a UUID")
+        try:
+            conversation = self.repository.get(conversation_id)
+        except AggregateNotFoundError:
+            raise ConversationNotFoundError(conversation_id) from None
+        # Somebody else's conversation is answered exactly like a missing one.
+        if not isinstance(conversation, Conversation) or conversation.owner_id != owner_id:
+            raise ConversationNotFoundError(conversation_id)
+        return conversation
+
+    def get_history(
+        self, owner_id: str, conversation_id: UUID, *, offset: int = 0, limit: int = 50
+    ) -> HistoryPage:
+        """One page of turns, oldest first, deleted ones as placeholders."""
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise InvalidInputError("offset", "must be a non-negative integer")
+        if isinstance(limit, bool) or not isinstance(limit, int) or not (
+            1 <= limit <= MAX_HISTORY_PAGE
+        ):
+            raise InvalidInputError("limit", f"must be an integer from 1 to {MAX_HISTORY_PAGE}")
+        conversation = self.get_conversation(owner_id, conversation_id)
+        entries = list(conversation.turns.values())[offset : offset + limit]
+        texts = self._read_texts(conversation, [e for e in entries if not e.deleted])
+        items = tuple(
+            HistoryItem(
+                position=offset + index,
+                turn_id=entry.turn_id,
+                status=entry.status,
+                recorded_at=entry.recorded_at,
+                deleted_at=entry.deleted_at,
+                question=texts.get(entry.turn_id, (None, None))[0],
+                answer=texts.get(entry.turn_id, (None, None))[1],
+            )
+            for index, entry in enumerate(entries)
+        )
+        end = offset + len(entries)
+        return HistoryPage(
+            conversation_id=conversation.id,
+            version=conversation.version,
+            total_turns=len(conversation.turns),
+            items=items,
+            next_offset=end if end < len(conversation.turns) else None,
+        )
+
+    def project_window(
+        self,
+        owner_id: str,
+        conversation_id: UUID,
+        *,
+        question: str,
+        system: str,
+        model: str,
+        max_bytes: int,
+    ) -> ProjectedWindow:
+        """The request for `question`: the newest whole turns that fit max_bytes.
+
+        Chooses turns from the sizes recorded with them, then reads and
+        decrypts only the turns it keeps. Reads only: nothing is written.
+        """
+        check_text("question", question)
+        check_text("system", system, allow_empty=True)
+        check_text("model", model)
+        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
+            raise InvalidInputError("max_bytes", "must be a positive integer")
+        conversation = self.get_conversation(owner_id, conversation_id)
+        newest_first = list(_take_fitting(
+            conversation.eligible_turns_newest_first(),
+            mandatory_bytes=mandatory_size(model=model, system=system, question=question),
+            max_bytes=max_bytes,
+        ))
+        kept_entries = newest_first[::-1]
+        texts = self._read_texts(conversation, kept_entries)
+        kept_ids = {entry.turn_id for entry in kept_entries}
+        window = assemble_window(
+            model=model,
+            system=system,
+            kept=[WindowTurn(e.turn_id, *texts[e.turn_id]) for e in kept_entries],
+            dropped_turn_ids=tuple(
+                entry.turn_id
+                for entry in conversation.turns.values()
+                if entry.eligible and entry.turn_id not in kept_ids
+            ),
+            question=question,
+            max_bytes=max_bytes,
+        )
+        return ProjectedWindow(conversation.id, conversation.version, window)
+
+    # Internals ----------------------------------------------------------------
+
+    def _record_turn(
+        self,
+        owner_id: str,
+        conversation_id: UUID,
+        *,
+        turn_id: str,
+        status: TurnStatus,
+        question: str,
+        answer: str,
+        expected_version: int | None,
+    ) -> TurnReceipt:
+        check_identifier("turn_id", turn_id)
+        check_text("question", question)
+        check_text("answer", answer, allow_empty=status is not TurnStatus.CONFIRMED)
+        check_turn_size(question, answer, limit=self.max_turn_bytes)
+        check_expected_version(expected_version)
+        question_metrics, answer_metrics = TextMetrics.of(question), TextMetrics.of(answer)
+        sizes = TurnSizes(
+            question_json_bytes=question_metrics.json_bytes,
+            answer_json_bytes=answer_metrics.json_bytes,
+            question_chars=question_metrics.chars,
+            answer_chars=answer_metrics.chars,
+        )
+
+        def attempt(conversation: Conversation) -> TurnReceipt | None:
+            existing = conversation.turns.get(turn_id)
+            if existing is not None:
+                return self._replayed_receipt(
+                    conversation, existing, status=status, question=question, answer=answer
+                )
+            conversation.check_version(expected_version)
+            sealed_question = self.vault.seal(conversation.id, turn_id, "question", question)
+            sealed_answer = self.vault.seal(conversation.id, turn_id, "answer", answer)
+            if status is TurnStatus.CONFIRMED:
+                conversation.confirm_turn(
+                    turn_id=turn_id,
+                    sealed_question=sealed_question,
+                    sealed_answer=sealed_answer,
+                    sizes=sizes,
+                )
+            else:
+                conversation.abandon_turn(
+                    turn_id=turn_id,
+                    outcome=status,
+                    sealed_question=sealed_question,
+                    sealed_answer=sealed_answer,
+                    sizes=sizes,
+                )
+            return None
+
+        conversation, replayed = self._write(owner_id, conversation_id, attempt)
+        if replayed is not None:
+            return replayed
+        entry = conversation.turns[turn_id]
+        return TurnReceipt(conversation.id, turn_id, entry.status, entry.version, entry.recorded_at)
+
+    def _replayed_receipt(
+        self,
+        conversation: Conversation,
+        existing: TurnEntry,
+        *,
+        status: TurnStatus,
+        question: str,
+        answer: str,
+    ) -> TurnReceipt:
+        """A retry of a recorded turn: same content returns the original receipt."""
+        if existing.deleted:
+            raise TurnDeletedError(conversation.id, existing.turn_id)
+        if existing.status is not status:
+            raise TurnConflictError(
+                conversation.id,
+                existing.turn_id,
+                f"is already recorded as {existing.status.value}; "
+                "record a retried exchange under a new turn id",
+            )
+        stored = self._read_texts(conversation, [existing]).get(existing.turn_id)
+        if stored != (question, answer):
+            raise TurnConflictError(
+                conversation.id,
+                existing.turn_id,
+                "is already recorded with different content",
+            )
+        return TurnReceipt(
+            conversation.id, existing.turn_id, existing.status, existing.version,
+            existing.recorded_at,
+        )
+
+    def _write(
+        self,
+        owner_id: str,
+        conversation_id: UUID,
+        command: Callable[[Conversation], T],
+    ) -> tuple[Conversation, T]:
+        """Load, run `command`, save; on a lost race reload and run it again.
+
+        The command re-checks every rule against the fresh state, so a retry
+        can still end in an idempotent replay or a version conflict.
+        """
+        for _ in range(_WRITE_ATTEMPTS):
+            conversation = self.get_conversation(owner_id, conversation_id)
+            result = command(conversation)
+            try:
+                self.save(conversation)
+            except IntegrityError:
+                continue
+            return conversation, result
+        current = self.get_conversation(owner_id, conversation_id).version
+        raise VersionConflictError(conversation_id, current, current)
+
+    def _read_texts(
+        self, conversation: Conversation, entries: Sequence[TurnEntry]
+    ) -> dict[str, tuple[str, str]]:
+        """Decrypt the texts of these (undeleted) turns from their events."""
+        if not entries:
+            return {}
+        wanted = {entry.turn_id for entry in entries}
+        versions = [entry.version for entry in entries]
+        items: list[tuple[str, str, bytes]] = []
+        for recorded in self._events_between(conversation.id, min(versions), max(versions)):
+            turn_id = getattr(recorded, "turn_id", None)
+            if turn_id in wanted:
+                items.append((turn_id, "question", recorded.sealed_question))
+                items.append((turn_id, "answer", recorded.sealed_answer))
+        opened = self.vault.open_many(conversation.id, items)
+        texts: dict[str, tuple[str, str]] = {}
+        for index in range(0, len(items), 2):
+            turn_id = items[index][0]
+            question, answer = opened[index], opened[index + 1]
+            if question is None or answer is None:
+                raise TextUnavailableError(conversation.id, turn_id)
+            texts[turn_id] = (question, answer)
+        return texts
+
+    def _events_between(self, conversation_id: UUID, first: int, last: int) -> Iterator[Any]:
+        return iter(self.events.get(conversation_id, gt=first - 1, lte=last))
+
+
+def _take_fitting(
+    newest_first: Iterator[TurnEntry], *, mandatory_bytes: int, max_bytes: int
+) -> Iterator[TurnEntry]:
+    """The newest entries whose recorded sizes fit beside the mandatory input."""
+    entries: list[TurnEntry] = []
+
+    def costs() -> Iterator[int]:
+        for entry in newest_first:
+            entries.append(entry)
+            yield turn_cost(entry.question_json_bytes, entry.answer_json_bytes)
+
+    kept = count_fitting_turns(
+        mandatory_bytes=mandatory_bytes, costs_newest_first=costs(), max_bytes=max_bytes
+    )
+    return iter(entries[:kept])

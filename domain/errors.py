@@ -1,0 +1,130 @@
+"""Every error turnledger raises on purpose, in one tree.
+
+    TurnLedgerError
+    ├── InvalidInputError            bad argument: wrong type, malformed id, bad text
+    │   └── TurnTooLargeError        a turn's text exceeds the per-turn byte limit
+    ├── ConversationNotFoundError    unknown conversation, or not the caller's
+    ├── TurnNotFoundError            a named turn is not in the conversation
+    ├── TurnConflictError            a turn id is reused for different content
+    │   └── TurnDeletedError         a write or read names a turn that was deleted
+    ├── VersionConflictError         the caller's expected version is stale
+    ├── TextUnavailableError         sealed text whose key has been destroyed
+    └── WindowError                  a request window cannot be built
+        └── MandatoryInputTooLargeError  system + current question exceed max_bytes
+
+Each error carries the identifying data as attributes, and its message says
+what was wrong and why, without quoting conversation text.
+"""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+
+class TurnLedgerError(Exception):
+    """Base class of every error turnledger raises on purpose."""
+
+
+class InvalidInputError(TurnLedgerError, ValueError):
+    """Raised when an argument has the wrong type, shape or encoding."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        self.field = field
+        self.reason = reason
+        super().__init__(f"invalid {field}: {reason}")
+
+
+class TurnTooLargeError(InvalidInputError):
+    """Raised when a turn's text is larger than the per-turn byte limit."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        self.size = size
+        self.limit = limit
+        super().__init__(
+            "turn",
+            f"its text is {size} UTF-8 bytes, over the per-turn limit of {limit} "
+            "(TURNLEDGER_MAX_TURN_BYTES)",
+        )
+
+
+class ConversationNotFoundError(TurnLedgerError, LookupError):
+    """Raised for an unknown conversation or one owned by somebody else."""
+
+    def __init__(self, conversation_id: UUID | str) -> None:
+        self.conversation_id = conversation_id
+        super().__init__(f"conversation {conversation_id} not found")
+
+
+class TurnNotFoundError(TurnLedgerError, LookupError):
+    """Raised when a command names turns the conversation does not hold."""
+
+    def __init__(self, conversation_id: UUID, turn_ids: list[str]) -> None:
+        self.conversation_id = conversation_id
+        self.turn_ids = turn_ids
+        super().__init__(
+            f"conversation {conversation_id} has no turn(s) {', '.join(turn_ids)}"
+        )
+
+
+class TurnConflictError(TurnLedgerError):
+    """Raised when a turn id already holds a different turn."""
+
+    def __init__(self, conversation_id: UUID, turn_id: str, reason: str) -> None:
+        self.conversation_id = conversation_id
+        self.turn_id = turn_id
+        super().__init__(f"turn {turn_id} of conversation {conversation_id}: {reason}")
+
+
+class TurnDeletedError(TurnConflictError):
+    """Raised when a command names a turn that the user has deleted."""
+
+    def __init__(self, conversation_id: UUID, turn_id: str) -> None:
+        super().__init__(
+            conversation_id,
+            turn_id,
+            "was deleted by its owner; a deleted turn is never written again",
+        )
+
+
+class VersionConflictError(TurnLedgerError):
+    """Raised when the caller's expected version is not the current one."""
+
+    def __init__(
+        self, conversation_id: UUID, expected_version: int, current_version: int
+    ) -> None:
+        self.conversation_id = conversation_id
+        self.expected_version = expected_version
+        self.current_version = current_version
+        super().__init__(
+            f"conversation {conversation_id} is at version {current_version}, "
+            f"not {expected_version}: read the new changes and retry"
+        )
+
+
+class TextUnavailableError(TurnLedgerError):
+    """Raised when sealed text is asked for after its key was destroyed."""
+
+    def __init__(self, conversation_id: UUID, turn_id: str) -> None:
+        self.conversation_id = conversation_id
+        self.turn_id = turn_id
+        super().__init__(
+            f"text of turn {turn_id} in conversation {conversation_id} "
+            "cannot be read: its key has been destroyed"
+        )
+
+
+class WindowError(TurnLedgerError):
+    """Raised when a request window cannot be built."""
+
+
+class MandatoryInputTooLargeError(WindowError):
+    """Raised when system instructions and the current question exceed max_bytes."""
+
+    def __init__(self, required_bytes: int, max_bytes: int) -> None:
+        self.required_bytes = required_bytes
+        self.max_bytes = max_bytes
+        super().__init__(
+            f"the system instructions and current question alone serialize to "
+            f"{required_bytes} bytes, over the {max_bytes}-byte budget; "
+            "nothing was trimmed and nothing was changed"
+        )

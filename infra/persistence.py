@@ -1,0 +1,83 @@
+"""Build the ledger from settings: the event store and the key store."""
+
+from __future__ import annotations
+
+from domain.application import Conversations
+from infra.keystore import KeyStore, MemoryKeyStore
+from infra.postgres import PostgresKeyStore, ensure_schema
+from infra.settings import Settings
+from infra.sqlite import SQLiteKeyStore
+from infra.vault import (
+    KeyVault,
+    decode_master_key,
+    load_or_create_key_file,
+    new_master_key,
+)
+
+
+def eventsourcing_env(settings: Settings) -> dict[str, str]:
+    """The library's configuration, complete, so no shell variable leaks in."""
+    env = {
+        "CREATE_TABLE": "y",
+        "IS_SNAPSHOTTING_ENABLED": "y",
+    }
+    match settings.persistence:
+        case "memory":
+            env["PERSISTENCE_MODULE"] = "eventsourcing.popo"
+        case "sqlite":
+            env["PERSISTENCE_MODULE"] = "eventsourcing.sqlite"
+            env["SQLITE_DBNAME"] = str(settings.sqlite_events_path)
+            env["SQLITE_LOCK_TIMEOUT"] = "30"
+        case "postgres":
+            env.update(
+                PERSISTENCE_MODULE="eventsourcing.postgres",
+                POSTGRES_DBNAME=settings.postgres_dbname,
+                POSTGRES_HOST=settings.postgres_host,
+                POSTGRES_PORT=str(settings.postgres_port),
+                POSTGRES_USER=settings.postgres_user,
+                POSTGRES_PASSWORD=settings.postgres_password.get_secret_value(),
+                POSTGRES_SCHEMA=settings.postgres_schema,
+                POSTGRES_POOL_SIZE=str(settings.postgres_pool_size),
+                POSTGRES_CONNECT_TIMEOUT=str(settings.postgres_connect_timeout),
+            )
+    return env
+
+
+def master_key(settings: Settings) -> bytes:
+    if settings.master_key is not None:
+        return decode_master_key(settings.master_key.get_secret_value())
+    if settings.master_key_file is not None:
+        return decode_master_key(settings.master_key_file.read_text())
+    if settings.persistence == "sqlite":
+        return load_or_create_key_file(settings.default_master_key_path)
+    return decode_master_key(new_master_key())  # memory: lives as long as the process
+
+
+def key_store(settings: Settings) -> KeyStore:
+    match settings.persistence:
+        case "memory":
+            return MemoryKeyStore()
+        case "sqlite":
+            return SQLiteKeyStore(settings.sqlite_keys_path)
+        case "postgres":
+            return PostgresKeyStore(
+                settings.postgres_conninfo(), settings.postgres_schema, pool_size=4
+            )
+
+
+def open_conversations(settings: Settings) -> Conversations:
+    """The ledger application for these settings, its stores created if needed."""
+    if settings.persistence == "sqlite":
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+    if settings.persistence == "postgres":
+        ensure_schema(settings.postgres_conninfo(), settings.postgres_schema)
+    vault = KeyVault(key_store(settings), master_key(settings))
+    try:
+        return Conversations(
+            eventsourcing_env(settings),
+            vault=vault,
+            max_turn_bytes=settings.max_turn_bytes,
+        )
+    except BaseException:
+        vault.close()
+        raise

@@ -1,0 +1,86 @@
+"""Configuration: one typed object, read from TURNLEDGER_* variables once."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal, Self
+
+from pydantic import Field, PositiveInt, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from domain.text import DEFAULT_MAX_TURN_BYTES
+
+
+def _default_data_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    return Path(base) / "turnledger"
+
+
+class Settings(BaseSettings):
+    """Every setting, with its TURNLEDGER_ variable (see the README's table)."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="TURNLEDGER_", env_file=".env", extra="ignore", frozen=True
+    )
+
+    persistence: Literal["memory", "sqlite", "postgres"] = "sqlite"
+    data_dir: Path = Field(default_factory=_default_data_dir)
+
+    postgres_host: str = "127.0.0.1"
+    postgres_port: PositiveInt = 5432
+    postgres_dbname: str = "postgres"
+    postgres_user: str = "postgres"
+    postgres_password: SecretStr = SecretStr("")
+    postgres_schema: str = Field(default="turnledger", pattern=r"^[a-z_][a-z0-9_]{0,62}$")
+    postgres_pool_size: PositiveInt = 5
+    postgres_connect_timeout: PositiveInt = 5
+
+    # Base64 of 32 random bytes. Wraps every per-turn data key. When unset, the
+    # SQLite store keeps one in data_dir/master.key (mode 0600) and the memory
+    # store makes a throwaway one; PostgreSQL requires it to be set.
+    master_key: SecretStr | None = None
+    master_key_file: Path | None = None
+
+    max_turn_bytes: PositiveInt = DEFAULT_MAX_TURN_BYTES
+    snapshot_interval: PositiveInt = 200
+
+    @model_validator(mode="after")
+    def _check_cross_field_rules(self) -> Self:
+        if self.master_key is not None and self.master_key_file is not None:
+            raise ValueError("set master_key or master_key_file, not both")
+        if (
+            self.persistence == "postgres"
+            and self.master_key is None
+            and self.master_key_file is None
+        ):
+            raise ValueError(
+                "persistence=postgres needs TURNLEDGER_MASTER_KEY or "
+                "TURNLEDGER_MASTER_KEY_FILE: the key that wraps turn keys must not "
+                "live beside the data it protects"
+            )
+        return self
+
+    @property
+    def sqlite_events_path(self) -> Path:
+        return self.data_dir / "events.sqlite3"
+
+    @property
+    def sqlite_keys_path(self) -> Path:
+        return self.data_dir / "keys.sqlite3"
+
+    @property
+    def default_master_key_path(self) -> Path:
+        return self.data_dir / "master.key"
+
+    def postgres_conninfo(self) -> str:
+        from psycopg.conninfo import make_conninfo
+
+        return make_conninfo(
+            host=self.postgres_host,
+            port=self.postgres_port,
+            dbname=self.postgres_dbname,
+            user=self.postgres_user,
+            password=self.postgres_password.get_secret_value(),
+            connect_timeout=self.postgres_connect_timeout,
+        )

@@ -1,0 +1,131 @@
+"""Crypto-shredding: per-turn AES-GCM data keys, wrapped by a master key.
+
+Turn text is sealed with a random 256-bit key per (conversation, turn). The
+key is stored wrapped (AES-GCM under the master key) in a key store that is
+separate from the event log. Destroying a turn's key makes every copy of its
+text unreadable: events, snapshots, dead database rows, WAL and backups of the
+event log alike. Associated data binds each ciphertext to its conversation,
+turn and field, and each wrapped key to its conversation and turn.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from uuid import UUID
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from infra.keystore import KeyStore
+
+_FORMAT = b"\x01"  # leading byte of every sealed text: the sealing scheme's version
+_NONCE_BYTES = 12
+
+
+class MasterKeyError(ValueError):
+    """Raised when the configured master key is missing or malformed."""
+
+
+def decode_master_key(encoded: str) -> bytes:
+    try:
+        key = base64.b64decode(encoded.strip(), validate=True)
+    except (binascii.Error, ValueError):
+        raise MasterKeyError("the master key must be base64 of 32 bytes") from None
+    if len(key) != 32:
+        raise MasterKeyError(f"the master key must be 32 bytes, got {len(key)}")
+    return key
+
+
+def new_master_key() -> str:
+    return base64.b64encode(AESGCM.generate_key(bit_length=256)).decode("ascii")
+
+
+def load_or_create_key_file(path: Path) -> bytes:
+    """Read the master key file, creating it with mode 0600 on first use."""
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "w") as handle:
+            handle.write(new_master_key() + "\n")
+    return decode_master_key(path.read_text())
+
+
+def _key_context(conversation_id: UUID, turn_id: str) -> bytes:
+    return b"turnledger/key/v1|" + conversation_id.bytes + turn_id.encode()
+
+
+def _text_context(conversation_id: UUID, turn_id: str, field: str) -> bytes:
+    return (
+        b"turnledger/text/v1|" + conversation_id.bytes + b"|"
+        + turn_id.encode() + b"|" + field.encode()
+    )
+
+
+class KeyVault:
+    """The TextVault of the domain, over any KeyStore."""
+
+    def __init__(self, key_store: KeyStore, master_key: bytes) -> None:
+        self._keys = key_store
+        self._master = AESGCM(master_key)
+
+    def seal(self, conversation_id: UUID, turn_id: str, field: str, text: str) -> bytes:
+        data_key = self._data_key(conversation_id, turn_id)
+        nonce = os.urandom(_NONCE_BYTES)
+        sealed = AESGCM(data_key).encrypt(
+            nonce, text.encode("utf-8"), _text_context(conversation_id, turn_id, field)
+        )
+        return _FORMAT + nonce + sealed
+
+    def open_many(
+        self, conversation_id: UUID, items: Sequence[tuple[str, str, bytes]]
+    ) -> list[str | None]:
+        wrapped = self._keys.get_many(conversation_id, {turn_id for turn_id, _, _ in items})
+        keys = {
+            turn_id: self._unwrap(conversation_id, turn_id, blob)
+            for turn_id, blob in wrapped.items()
+        }
+        opened: list[str | None] = []
+        for turn_id, field, sealed in items:
+            key = keys.get(turn_id)
+            if key is None:
+                opened.append(None)
+                continue
+            if sealed[:1] != _FORMAT:
+                raise ValueError(f"unknown sealing format for turn {turn_id}")
+            nonce, body = sealed[1 : 1 + _NONCE_BYTES], sealed[1 + _NONCE_BYTES :]
+            plaintext = AESGCM(key).decrypt(
+                nonce, body, _text_context(conversation_id, turn_id, field)
+            )
+            opened.append(plaintext.decode("utf-8"))
+        return opened
+
+    def shred(self, conversation_id: UUID, turn_ids: Iterable[str]) -> int:
+        return self._keys.destroy(conversation_id, list(turn_ids))
+
+    def close(self) -> None:
+        self._keys.close()
+
+    def _data_key(self, conversation_id: UUID, turn_id: str) -> bytes:
+        # Wrap a fresh key; the store keeps the first one written, so a retry
+        # (or a racing writer) of the same turn seals under the same key.
+        candidate = AESGCM.generate_key(bit_length=256)
+        nonce = os.urandom(_NONCE_BYTES)
+        wrapped = nonce + self._master.encrypt(
+            nonce, candidate, _key_context(conversation_id, turn_id)
+        )
+        stored = self._keys.put_if_absent(conversation_id, turn_id, wrapped)
+        return self._unwrap(conversation_id, turn_id, stored)
+
+    def _unwrap(self, conversation_id: UUID, turn_id: str, wrapped: bytes) -> bytes:
+        nonce, body = wrapped[:_NONCE_BYTES], wrapped[_NONCE_BYTES:]
+        try:
+            return self._master.decrypt(nonce, body, _key_context(conversation_id, turn_id))
+        except InvalidTag:
+            raise MasterKeyError(
+                f"the key of turn {turn_id} does not open with the configured master "
+                "key (wrong TURNLEDGER_MASTER_KEY, or a key row moved)"
+            ) from None
