@@ -1,0 +1,43 @@
+"""The turnledger command: `turnledger --help` lists what it does."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from pydantic import ValidationError
+
+from domain.errors import TurnLedgerError
+from infra import demo
+
+# Each command module exposes register(subparsers); its parser sets `handler`.
+COMMAND_MODULES = [demo]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="turnledger",
+        description="An event-sourced conversation store with budgeted request windows.",
+    )
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    for module in COMMAND_MODULES:
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    arguments = parser.parse_args(argv)
+    try:
+        return int(arguments.handler(arguments) or 0)
+    except ValidationError as error:
+        print(f"turnledger: invalid settings:\n{error}", file=sys.stderr)
+        return 2
+    except TurnLedgerError as error:
+        print(f"turnledger: {error}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
