@@ -3,24 +3,29 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
 from uuid import UUID
 
 from eventsourcing.application import AggregateNotFoundError, Application
-from eventsourcing.persistence import IntegrityError, JSONTranscoder
+from eventsourcing.application import ProcessingEvent
+from eventsourcing.persistence import IntegrityError, JSONTranscoder, Mapper, Recording
+
+from domain.chain import GENESIS, ChainSealingMapper, read_link
 
 from domain.conversation import Conversation, TurnEntry, TurnSizes, TurnStatus
 from domain.errors import (
     ConversationNotFoundError,
     InvalidInputError,
     TextUnavailableError,
+    WindowMismatchError,
     TurnConflictError,
     TurnDeletedError,
     VersionConflictError,
 )
 from domain.ports import TextVault
+from domain.receipt import WindowReceipt, openai_chat_policy
 from domain.text import (
     DEFAULT_MAX_TURN_BYTES,
     TextMetrics,
@@ -94,11 +99,28 @@ class DeletionReceipt:
 
 @dataclass(frozen=True, slots=True)
 class ProjectedWindow:
-    """A window plus the ledger version it was derived from."""
+    """A window plus the ledger version it was derived from.
+
+    Pass it to `confirm_turn(..., window=...)` with the answer it produced to
+    keep its receipt. The question and system instructions are held here, in
+    memory, only to check that pairing and to seal the instructions.
+    """
 
     conversation_id: UUID
     ledger_version: int
     window: Window
+    question: str = field(default="", repr=False)
+    system: str = field(default="", repr=False)
+    policy: dict[str, Any] = field(default_factory=dict)
+
+    def receipt(self) -> WindowReceipt:
+        """The content-free receipt of this window."""
+        return WindowReceipt.of_body(
+            policy=self.policy,
+            ledger_version=self.ledger_version,
+            turn_ids=self.window.kept_turn_ids,
+            body=self.window.body,
+        )
 
 
 class Conversations(Application[UUID]):
@@ -119,6 +141,41 @@ class Conversations(Application[UUID]):
         self.vault = vault
         self.max_turn_bytes = max_turn_bytes
         super().__init__(env)
+
+    def construct_mapper(self) -> Mapper[UUID]:
+        base = super().construct_mapper()
+        return ChainSealingMapper(
+            transcoder=base.transcoder, compressor=base.compressor, cipher=base.cipher
+        )
+
+    def _record(self, processing_event: ProcessingEvent[UUID]) -> list[Recording[UUID]]:
+        """Link each new event to the digest of the stored event before it.
+
+        The predecessor's digest is read from its stored row, not from the
+        aggregate, so the chain is right however the aggregate was loaded
+        (cache, snapshot, replay). Events saved together are linked in order.
+        """
+        heads: dict[UUID, str] = {}
+        for new_event in processing_event.events:
+            originator_id = new_event.originator_id
+            previous = heads.get(originator_id)
+            if previous is None:
+                previous = self._stored_digest(originator_id, new_event.originator_version - 1)
+            # Events are frozen; the chain field is set once, before mapping.
+            object.__setattr__(new_event, "previous_digest", previous)
+            stored = self.mapper.to_stored_event(new_event)
+            heads[originator_id] = read_link(stored).recorded_digest
+        return super()._record(processing_event)
+
+    def _stored_digest(self, originator_id: UUID, version: int) -> str:
+        if version < 1:
+            return GENESIS
+        rows = self.recorder.select_events(originator_id, gt=version - 1, lte=version)
+        if not rows:
+            # The predecessor is not stored: saving this event will fail the
+            # version check, so any link will do; the genesis keeps it well-formed.
+            return GENESIS
+        return read_link(rows[0]).recorded_digest
 
     def register_transcodings(self, transcoder: JSONTranscoder) -> None:
         super().register_transcodings(transcoder)
@@ -145,8 +202,15 @@ class Conversations(Application[UUID]):
         question: str,
         answer: str,
         expected_version: int | None = None,
+        window: ProjectedWindow | None = None,
     ) -> TurnReceipt:
-        """Record a completed exchange. Retrying with the same content is a no-op."""
+        """Record a completed exchange. Retrying with the same content is a no-op.
+
+        `window` is the projected window this answer replied to: its receipt is
+        kept with the turn so an audit can prove what was sent.
+        """
+        if window is not None:
+            self._check_window(conversation_id, question, window)
         return self._record_turn(
             owner_id,
             conversation_id,
@@ -155,6 +219,7 @@ class Conversations(Application[UUID]):
             question=question,
             answer=answer,
             expected_version=expected_version,
+            window=window,
         )
 
     def record_abandoned_turn(
@@ -304,7 +369,14 @@ class Conversations(Application[UUID]):
             question=question,
             max_bytes=max_bytes,
         )
-        return ProjectedWindow(conversation.id, conversation.version, window)
+        return ProjectedWindow(
+            conversation.id,
+            conversation.version,
+            window,
+            question=question,
+            system=system,
+            policy=openai_chat_policy(model=model, max_bytes=max_bytes),
+        )
 
     # Internals ----------------------------------------------------------------
 
@@ -318,6 +390,7 @@ class Conversations(Application[UUID]):
         question: str,
         answer: str,
         expected_version: int | None,
+        window: ProjectedWindow | None = None,
     ) -> TurnReceipt:
         check_identifier("turn_id", turn_id)
         check_text("question", question)
@@ -339,6 +412,10 @@ class Conversations(Application[UUID]):
                     conversation, existing, status=status, question=question, answer=answer
                 )
             conversation.check_version(expected_version)
+            if window is not None and window.ledger_version > conversation.version:
+                raise WindowMismatchError(
+                    conversation.id, "it was projected from a later ledger version"
+                )
             sealed_question = self.vault.seal(conversation.id, turn_id, "question", question)
             sealed_answer = self.vault.seal(conversation.id, turn_id, "answer", answer)
             if status is TurnStatus.CONFIRMED:
@@ -347,6 +424,10 @@ class Conversations(Application[UUID]):
                     sealed_question=sealed_question,
                     sealed_answer=sealed_answer,
                     sizes=sizes,
+                    window_receipt=None if window is None else window.receipt().to_document(),
+                    sealed_system=None if window is None else self.vault.seal(
+                        conversation.id, turn_id, "system", window.system
+                    ),
                 )
             else:
                 conversation.abandon_turn(
@@ -363,6 +444,20 @@ class Conversations(Application[UUID]):
             return replayed
         entry = conversation.turns[turn_id]
         return TurnReceipt(conversation.id, turn_id, entry.status, entry.version, entry.recorded_at)
+
+    @staticmethod
+    def _check_window(
+        conversation_id: UUID, question: str, window: ProjectedWindow
+    ) -> None:
+        """A receipt is only kept for the window that asked this question."""
+        if not isinstance(window, ProjectedWindow):
+            raise InvalidInputError("window", "expected the ProjectedWindow answered")
+        if window.conversation_id != conversation_id:
+            raise WindowMismatchError(conversation_id, "it belongs to another conversation")
+        if window.question != question:
+            raise WindowMismatchError(
+                conversation_id, "it was projected for a different question"
+            )
 
     def _replayed_receipt(
         self,
