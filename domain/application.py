@@ -25,7 +25,7 @@ from domain.errors import (
     VersionConflictError,
 )
 from domain.ports import TextVault
-from domain.receipt import WindowReceipt, openai_chat_policy
+from domain.receipt import OPENAI_CHAT, WindowReceipt, openai_chat_policy
 from domain.text import (
     DEFAULT_MAX_TURN_BYTES,
     TextMetrics,
@@ -349,24 +349,8 @@ class Conversations(Application[UUID]):
         if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
             raise InvalidInputError("max_bytes", "must be a positive integer")
         conversation = self.get_conversation(owner_id, conversation_id)
-        newest_first = list(_take_fitting(
-            conversation.eligible_turns_newest_first(),
-            mandatory_bytes=mandatory_size(model=model, system=system, question=question),
-            max_bytes=max_bytes,
-        ))
-        kept_entries = newest_first[::-1]
-        texts = self._read_texts(conversation, kept_entries)
-        kept_ids = {entry.turn_id for entry in kept_entries}
-        window = assemble_window(
-            model=model,
-            system=system,
-            kept=[WindowTurn(e.turn_id, *texts[e.turn_id]) for e in kept_entries],
-            dropped_turn_ids=tuple(
-                entry.turn_id
-                for entry in conversation.turns.values()
-                if entry.eligible and entry.turn_id not in kept_ids
-            ),
-            question=question,
+        window = self._window_for(
+            conversation, question=question, system=system, model=model,
             max_bytes=max_bytes,
         )
         return ProjectedWindow(
@@ -378,7 +362,59 @@ class Conversations(Application[UUID]):
             policy=openai_chat_policy(model=model, max_bytes=max_bytes),
         )
 
+    def reapply_policy(
+        self,
+        conversation: Conversation,
+        *,
+        policy: dict[str, Any],
+        question: str,
+        system: str,
+    ) -> Window:
+        """The window `policy` gives for `question` over this state of the ledger.
+
+        `conversation` may be a past version (`repository.get(id, version=v)`):
+        this is how an audit re-derives a receipt's body.
+        """
+        if policy.get("format") != OPENAI_CHAT or set(policy) != {
+            "format", "model", "max_bytes"
+        }:
+            raise InvalidInputError("policy", f"unknown window policy {policy!r}")
+        return self._window_for(
+            conversation, question=question, system=system, model=policy["model"],
+            max_bytes=policy["max_bytes"],
+        )
+
     # Internals ----------------------------------------------------------------
+
+    def _window_for(
+        self,
+        conversation: Conversation,
+        *,
+        question: str,
+        system: str,
+        model: str,
+        max_bytes: int,
+    ) -> Window:
+        newest_first = list(_take_fitting(
+            conversation.eligible_turns_newest_first(),
+            mandatory_bytes=mandatory_size(model=model, system=system, question=question),
+            max_bytes=max_bytes,
+        ))
+        kept_entries = newest_first[::-1]
+        texts = self._read_texts(conversation, kept_entries)
+        kept_ids = {entry.turn_id for entry in kept_entries}
+        return assemble_window(
+            model=model,
+            system=system,
+            kept=[WindowTurn(e.turn_id, *texts[e.turn_id]) for e in kept_entries],
+            dropped_turn_ids=tuple(
+                entry.turn_id
+                for entry in conversation.turns.values()
+                if entry.eligible and entry.turn_id not in kept_ids
+            ),
+            question=question,
+            max_bytes=max_bytes,
+        )
 
     def _record_turn(
         self,

@@ -114,6 +114,8 @@ def read_link(stored: StoredEvent) -> ChainLink:
 def read_link_parts(
     *, originator_id: UUID | str, version: int, topic: str, state: bytes
 ) -> ChainLink:
+    if isinstance(state, str):  # a hand-edited SQLite row may come back as TEXT
+        state = state.encode("utf-8")
     if len(state) < _SUFFIX_LENGTH:
         raise ChainFormatError("stored state is too short to carry a chain seal")
     suffix = state[-_SUFFIX_LENGTH:]

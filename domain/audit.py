@@ -1,0 +1,438 @@
+"""Audits: verify every conversation's versions, hash chain and window receipts.
+
+The chain pass reads raw stored rows (the notification log, or one
+conversation's events) and needs no keys: it checks that versions run 1..n
+without gaps, that each event's digest matches its stored bytes, and that each
+event links to the digest of the stored event before it. The receipt pass
+replays each conversation from its events alone (never from a snapshot, which
+the chain does not cover) to the version a receipt names, applies the
+receipt's policy again with the turn's own question, and compares the body's
+length and SHA-256. Receipts whose turns were deleted since are reported as
+not re-derivable, which is expected, not a failure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+from uuid import UUID
+
+from eventsourcing.application import AggregateNotFoundError, Repository
+from eventsourcing.persistence import StoredEvent
+from eventsourcing.utils import get_topic
+
+from domain.application import Conversations
+from domain.chain import GENESIS, ChainFormatError, ChainLink, read_link
+from domain.conversation import Conversation
+from domain.errors import (
+    ConversationNotFoundError,
+    InvalidInputError,
+    TextUnavailableError,
+    WindowError,
+)
+from domain.receipt import WindowReceipt
+
+STARTED_TOPIC = get_topic(Conversation.Started)
+CONFIRMED_TOPIC = get_topic(Conversation.TurnConfirmed)
+DELETED_TOPIC = get_topic(Conversation.HistoryDeleted)
+_HAS_RECEIPT = b'"window_receipt":{'
+
+# Kinds of finding. Every kind is an integrity failure except the last one.
+CHANGED = "changed"  # an event's bytes no longer match its digest
+UNSEALED = "unsealed"  # an event carries no well-formed chain seal
+BROKEN_LINK = "broken-link"  # an event does not follow the stored one before it
+MISSING = "missing"  # versions are absent: events were removed
+UNDECODABLE = "undecodable"  # an event's state cannot be read back
+UNREPLAYABLE = "unreplayable"  # the conversation cannot be rebuilt from its events
+RECEIPT_INVALID = "receipt-invalid"  # a stored receipt is malformed
+RECEIPT_MISMATCH = "receipt-mismatch"  # re-derived body differs from the receipt
+TEXT_MISSING = "text-missing"  # text of a turn that was never deleted cannot be read
+NOT_REDERIVABLE = "not-rederivable"  # receipt's turns deleted since: expected
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One thing an audit found, located by conversation and version."""
+
+    kind: str
+    conversation_id: UUID
+    version: int | None
+    detail: str
+
+    @property
+    def failure(self) -> bool:
+        return self.kind != NOT_REDERIVABLE
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "failure": self.failure,
+            "conversation_id": str(self.conversation_id),
+            "version": self.version,
+            "detail": self.detail,
+        }
+
+
+@dataclass(slots=True)
+class ConversationAudit:
+    """What the audit established about one conversation."""
+
+    conversation_id: UUID
+    owner_id: str | None = None
+    events: int = 0
+    head_version: int = 0
+    head_digest: str = GENESIS
+    receipts_verified: int = 0
+    receipts_not_rederivable: int = 0
+    receipts_failed: int = 0
+    deleted_turn_ids: list[str] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def chain_intact(self) -> bool:
+        return not any(
+            f.kind in (CHANGED, UNSEALED, BROKEN_LINK, MISSING) for f in self.findings
+        )
+
+    @property
+    def ok(self) -> bool:
+        return not any(finding.failure for finding in self.findings)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "conversation_id": str(self.conversation_id),
+            "owner_id": self.owner_id,
+            "events": self.events,
+            "head_version": self.head_version,
+            "head_digest": self.head_digest,
+            "chain_intact": self.chain_intact,
+            "receipts": {
+                "verified": self.receipts_verified,
+                "not_rederivable": self.receipts_not_rederivable,
+                "failed": self.receipts_failed,
+            },
+            "deleted_turn_ids": list(self.deleted_turn_ids),
+            "findings": [finding.to_json() for finding in self.findings],
+            "ok": self.ok,
+        }
+
+
+@dataclass(slots=True)
+class AuditReport:
+    conversations: list[ConversationAudit]
+
+    @property
+    def events_verified(self) -> int:
+        return sum(audit.events for audit in self.conversations)
+
+    @property
+    def findings(self) -> list[Finding]:
+        return [f for audit in self.conversations for f in audit.findings]
+
+    @property
+    def failures(self) -> list[Finding]:
+        return [finding for finding in self.findings if finding.failure]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def conversation(self, conversation_id: UUID) -> ConversationAudit:
+        for audit in self.conversations:
+            if audit.conversation_id == conversation_id:
+                return audit
+        raise KeyError(conversation_id)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "conversations": len(self.conversations),
+            "events_verified": self.events_verified,
+            "chains_broken": sum(not a.chain_intact for a in self.conversations),
+            "receipts": {
+                "verified": sum(a.receipts_verified for a in self.conversations),
+                "not_rederivable": sum(
+                    a.receipts_not_rederivable for a in self.conversations
+                ),
+                "failed": sum(a.receipts_failed for a in self.conversations),
+            },
+            "deleted_turns": sum(len(a.deleted_turn_ids) for a in self.conversations),
+            "failures": [finding.to_json() for finding in self.failures],
+            "conversation_details": [a.to_json() for a in self.conversations],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class _Row:
+    version: int
+    link: ChainLink | None
+    seal_error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class _ReceiptToCheck:
+    turn_id: str
+    version: int
+    document: Any
+    sealed_question: bytes
+    sealed_system: bytes | None
+
+
+@dataclass(slots=True)
+class _Collected:
+    audit: ConversationAudit
+    rows: list[_Row] = field(default_factory=list)
+    receipts: list[_ReceiptToCheck] = field(default_factory=list)
+
+
+def check_chain(conversation_id: UUID, rows: Iterable[_Row]) -> list[Finding]:
+    """Findings for one conversation's rows, whatever order they came in."""
+    findings: list[Finding] = []
+    expected_version = 1
+    head: str | None = GENESIS
+    for row in sorted(rows, key=lambda r: r.version):
+        if row.version > expected_version:
+            missing = (
+                str(expected_version)
+                if row.version == expected_version + 1
+                else f"{expected_version}-{row.version - 1}"
+            )
+            findings.append(Finding(
+                MISSING, conversation_id, expected_version,
+                f"version(s) {missing} absent: events were removed",
+            ))
+        expected_version = row.version + 1
+        if row.link is None:
+            findings.append(Finding(
+                UNSEALED, conversation_id, row.version, row.seal_error or "no seal"
+            ))
+            head = None
+            continue
+        if not row.link.intact:
+            findings.append(Finding(
+                CHANGED, conversation_id, row.version,
+                "stored bytes do not match the event's digest: the event was altered "
+                "(or moved from another conversation or version)",
+            ))
+        if head is not None and row.link.previous_digest != head:
+            findings.append(Finding(
+                BROKEN_LINK, conversation_id, row.version,
+                "does not follow the stored event before it: events were removed, "
+                "inserted or reordered",
+            ))
+        head = row.link.recorded_digest
+    return findings
+
+
+class Auditor:
+    """Runs audits over one ledger; `progress` is told how many events were read."""
+
+    def __init__(
+        self,
+        ledger: Conversations,
+        *,
+        page_size: int = 1000,
+        progress: Callable[[int], None] | None = None,
+    ) -> None:
+        self.ledger = ledger
+        self.page_size = page_size
+        self.progress = progress or (lambda count: None)
+        # Replays use events only: snapshots are not covered by the chain.
+        self.replayer: Repository[UUID] = Repository(event_store=ledger.events)
+
+    def total_events(self, conversation_id: UUID | None = None) -> int:
+        """An upper bound on the rows an audit reads, for a progress bar."""
+        if conversation_id is not None:
+            return len(self.ledger.recorder.select_events(conversation_id))
+        return self.ledger.recorder.max_notification_id() or 0
+
+    def audit(
+        self, conversation_id: UUID | None = None, *, receipts: bool = True
+    ) -> AuditReport:
+        collected: dict[UUID, _Collected] = {}
+        for stored in self._rows(conversation_id):
+            self._collect(collected, stored)
+        if conversation_id is not None and not collected:
+            raise ConversationNotFoundError(conversation_id)
+        audits: list[ConversationAudit] = []
+        for item in collected.values():
+            audit = item.audit
+            audit.findings.extend(check_chain(audit.conversation_id, item.rows))
+            audit.events = len(item.rows)
+            last = max(item.rows, key=lambda r: r.version)
+            audit.head_version = last.version
+            audit.head_digest = last.link.recorded_digest if last.link else ""
+            if receipts:
+                self._check_receipts(audit, item.receipts)
+            audits.append(audit)
+        return AuditReport(audits)
+
+    # Chain pass ---------------------------------------------------------------
+
+    def _rows(self, conversation_id: UUID | None) -> Iterator[StoredEvent]:
+        recorder = self.ledger.recorder
+        if conversation_id is not None:
+            rows = recorder.select_events(conversation_id)
+            yield from rows
+            self.progress(len(rows))
+            return
+        start = 0
+        while True:
+            page = recorder.select_notifications(
+                start, self.page_size, inclusive_of_start=False
+            )
+            if not page:
+                return
+            yield from page
+            self.progress(len(page))
+            start = page[-1].id
+
+    def _collect(self, collected: dict[UUID, _Collected], stored: StoredEvent) -> None:
+        if isinstance(stored.state, str):  # a hand-edited SQLite row may be TEXT
+            stored = StoredEvent(
+                originator_id=stored.originator_id,
+                originator_version=stored.originator_version,
+                topic=stored.topic,
+                state=stored.state.encode("utf-8"),
+            )
+        conversation_id = UUID(str(stored.originator_id))
+        item = collected.get(conversation_id)
+        if item is None:
+            item = collected[conversation_id] = _Collected(
+                ConversationAudit(conversation_id)
+            )
+        try:
+            row = _Row(stored.originator_version, read_link(stored), None)
+        except ChainFormatError as error:
+            row = _Row(stored.originator_version, None, str(error))
+        item.rows.append(row)
+        topic = stored.topic
+        wanted = topic in (STARTED_TOPIC, DELETED_TOPIC) or (
+            topic == CONFIRMED_TOPIC and _HAS_RECEIPT in stored.state
+        )
+        if not wanted:
+            return
+        try:
+            event: Any = self.ledger.mapper.to_domain_event(stored)
+            if topic == STARTED_TOPIC:
+                owner_id = event.owner_id
+            elif topic == DELETED_TOPIC:
+                deleted = [str(turn_id) for turn_id in event.turn_ids]
+            else:
+                receipt = _ReceiptToCheck(
+                    turn_id=event.turn_id,
+                    version=stored.originator_version,
+                    document=event.window_receipt,
+                    sealed_question=event.sealed_question,
+                    sealed_system=event.sealed_system,
+                )
+        except Exception as error:  # noqa: BLE001 - any decoding failure is a finding
+            item.audit.findings.append(Finding(
+                UNDECODABLE, conversation_id, stored.originator_version,
+                f"{type(error).__name__}: cannot read the stored state",
+            ))
+            return
+        if topic == STARTED_TOPIC:
+            item.audit.owner_id = owner_id
+        elif topic == DELETED_TOPIC:
+            item.audit.deleted_turn_ids.extend(deleted)
+        else:
+            item.receipts.append(receipt)
+
+    # Receipt pass -------------------------------------------------------------
+
+    def _check_receipts(
+        self, audit: ConversationAudit, receipts: list[_ReceiptToCheck]
+    ) -> None:
+        if not receipts:
+            return
+        try:
+            current = self._replay(audit.conversation_id, None)
+        except Exception as error:  # noqa: BLE001 - reported, never raised
+            audit.findings.append(Finding(
+                UNREPLAYABLE, audit.conversation_id, None,
+                f"{type(error).__name__}: the conversation cannot be rebuilt from "
+                "its events, so its receipts cannot be re-derived",
+            ))
+            audit.receipts_failed += len(receipts)
+            return
+        for receipt in receipts:
+            finding = self._check_receipt(audit.conversation_id, current, receipt)
+            if finding is None:
+                audit.receipts_verified += 1
+            elif finding.failure:
+                audit.receipts_failed += 1
+            else:
+                audit.receipts_not_rederivable += 1
+            if finding is not None:
+                audit.findings.append(finding)
+
+    def _check_receipt(
+        self, conversation_id: UUID, current: Conversation, item: _ReceiptToCheck
+    ) -> Finding | None:
+        def finding(kind: str, detail: str) -> Finding:
+            return Finding(
+                kind, conversation_id, item.version, f"receipt of turn {item.turn_id}: "
+                + detail
+            )
+
+        try:
+            receipt = WindowReceipt.from_document(item.document)
+        except InvalidInputError as error:
+            return finding(RECEIPT_INVALID, error.reason)
+        if receipt.ledger_version >= item.version or item.sealed_system is None:
+            return finding(
+                RECEIPT_INVALID,
+                f"names ledger version {receipt.ledger_version}, which is not before "
+                "its own turn, or has no sealed system instructions",
+            )
+        involved = dict.fromkeys((item.turn_id, *receipt.turn_ids))
+        deleted = [
+            turn_id for turn_id in involved
+            if turn_id in current.turns and current.turns[turn_id].deleted
+        ]
+        if deleted:
+            return finding(
+                NOT_REDERIVABLE,
+                f"not re-derivable: turns deleted ({', '.join(deleted)})",
+            )
+        question, system = self.ledger.vault.open_many(
+            conversation_id,
+            [
+                (item.turn_id, "question", item.sealed_question),
+                (item.turn_id, "system", item.sealed_system),
+            ],
+        )
+        if question is None or system is None:
+            return finding(TEXT_MISSING, "its key is gone but it was never deleted")
+        try:
+            past = self._replay(conversation_id, receipt.ledger_version)
+            window = self.ledger.reapply_policy(
+                past, policy=receipt.policy, question=question, system=system
+            )
+        except InvalidInputError as error:
+            return finding(RECEIPT_INVALID, error.reason)
+        except TextUnavailableError as error:
+            return finding(
+                TEXT_MISSING, f"turn {error.turn_id}'s key is gone but it was never "
+                "deleted",
+            )
+        except WindowError as error:
+            return finding(RECEIPT_MISMATCH, f"the policy no longer applies: {error}")
+        if not receipt.matches(window.body, window.kept_turn_ids):
+            return finding(
+                RECEIPT_MISMATCH,
+                f"re-derived {len(window.body)} bytes with turns "
+                f"{list(window.kept_turn_ids)}; receipt says {receipt.body_bytes} bytes "
+                f"with turns {list(receipt.turn_ids)} and another SHA-256",
+            )
+        return None
+
+    def _replay(self, conversation_id: UUID, version: int | None) -> Conversation:
+        try:
+            conversation = self.replayer.get(conversation_id, version=version)
+        except AggregateNotFoundError:
+            raise ConversationNotFoundError(conversation_id) from None
+        assert isinstance(conversation, Conversation)
+        return conversation
