@@ -48,6 +48,7 @@ UNREPLAYABLE = "unreplayable"  # the conversation cannot be rebuilt from its eve
 RECEIPT_INVALID = "receipt-invalid"  # a stored receipt is malformed
 RECEIPT_MISMATCH = "receipt-mismatch"  # re-derived body differs from the receipt
 TEXT_MISSING = "text-missing"  # text of a turn that was never deleted cannot be read
+UNREADABLE = "unreadable"  # sealed text fails to open: its ciphertext was altered
 NOT_REDERIVABLE = "not-rederivable"  # receipt's turns deleted since: expected
 
 
@@ -397,16 +398,16 @@ class Auditor:
                 NOT_REDERIVABLE,
                 f"not re-derivable: turns deleted ({', '.join(deleted)})",
             )
-        question, system = self.ledger.vault.open_many(
-            conversation_id,
-            [
-                (item.turn_id, "question", item.sealed_question),
-                (item.turn_id, "system", item.sealed_system),
-            ],
-        )
-        if question is None or system is None:
-            return finding(TEXT_MISSING, "its key is gone but it was never deleted")
         try:
+            question, system = self.ledger.vault.open_many(
+                conversation_id,
+                [
+                    (item.turn_id, "question", item.sealed_question),
+                    (item.turn_id, "system", item.sealed_system),
+                ],
+            )
+            if question is None or system is None:
+                return finding(TEXT_MISSING, "its key is gone but it was never deleted")
             past = self._replay(conversation_id, receipt.ledger_version)
             window = self.ledger.reapply_policy(
                 past, policy=receipt.policy, question=question, system=system
@@ -420,6 +421,10 @@ class Auditor:
             )
         except WindowError as error:
             return finding(RECEIPT_MISMATCH, f"the policy no longer applies: {error}")
+        except Exception as error:  # noqa: BLE001 - e.g. a ciphertext failing its tag
+            return finding(
+                UNREADABLE, f"{type(error).__name__}: sealed text cannot be opened",
+            )
         if not receipt.matches(window.body, window.kept_turn_ids):
             return finding(
                 RECEIPT_MISMATCH,
