@@ -74,7 +74,7 @@ def run(arguments: argparse.Namespace) -> int:
 
     ledger.confirm_turn(
         OWNER, conversation_id, turn_id="turn-3", question=THIRD_QUESTION,
-        answer=THIRD_ANSWER,
+        answer=THIRD_ANSWER, window=narrow,  # keeps the receipt of what was sent
     )
     rows.append(_stored_row("Confirm the reply", ledger, conversation_id))
     ledger.close()
