@@ -9,6 +9,7 @@ from typing import Literal, Self
 from pydantic import Field, PositiveInt, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from domain.application import DEFAULT_SNAPSHOT_INTERVAL
 from domain.text import DEFAULT_MAX_TURN_BYTES
 
 
@@ -45,7 +46,7 @@ class Settings(BaseSettings):
     master_key_file: Path | None = None
 
     max_turn_bytes: PositiveInt = DEFAULT_MAX_TURN_BYTES
-    snapshot_interval: PositiveInt = 200
+    snapshot_interval: PositiveInt = DEFAULT_SNAPSHOT_INTERVAL
 
     @model_validator(mode="after")
     def _check_cross_field_rules(self) -> Self:
