@@ -8,21 +8,23 @@ from datetime import datetime
 from typing import Any, TypeVar
 from uuid import UUID
 
-from eventsourcing.application import AggregateNotFoundError, Application
-from eventsourcing.application import ProcessingEvent
+from eventsourcing.application import (
+    AggregateNotFoundError,
+    Application,
+    ProcessingEvent,
+)
 from eventsourcing.persistence import IntegrityError, JSONTranscoder, Mapper, Recording
 
 from domain.chain import GENESIS, ChainSealingMapper, read_link
-
 from domain.conversation import Conversation, TurnEntry, TurnSizes, TurnStatus
 from domain.errors import (
     ConversationNotFoundError,
     InvalidInputError,
     TextUnavailableError,
-    WindowMismatchError,
     TurnConflictError,
     TurnDeletedError,
     VersionConflictError,
+    WindowMismatchError,
 )
 from domain.ports import TextVault
 from domain.receipt import OPENAI_CHAT, WindowReceipt, openai_chat_policy
@@ -168,7 +170,9 @@ class Conversations(Application[UUID]):
             originator_id = new_event.originator_id
             previous = heads.get(originator_id)
             if previous is None:
-                previous = self._stored_digest(originator_id, new_event.originator_version - 1)
+                previous = self._stored_digest(
+                    originator_id, new_event.originator_version - 1
+                )
             # Events are frozen; the chain field is set once, before mapping.
             object.__setattr__(new_event, "previous_digest", previous)
             stored = self.mapper.to_stored_event(new_event)
@@ -371,7 +375,10 @@ class Conversations(Application[UUID]):
             raise InvalidInputError("max_bytes", "must be a positive integer")
         conversation = self.get_conversation(owner_id, conversation_id)
         window = self._window_for(
-            conversation, question=question, system=system, model=model,
+            conversation,
+            question=question,
+            system=system,
+            model=model,
             max_bytes=max_bytes,
         )
         return ProjectedWindow(
@@ -397,11 +404,16 @@ class Conversations(Application[UUID]):
         this is how an audit re-derives a receipt's body.
         """
         if policy.get("format") != OPENAI_CHAT or set(policy) != {
-            "format", "model", "max_bytes"
+            "format",
+            "model",
+            "max_bytes",
         }:
             raise InvalidInputError("policy", f"unknown window policy {policy!r}")
         return self._window_for(
-            conversation, question=question, system=system, model=policy["model"],
+            conversation,
+            question=question,
+            system=system,
+            model=policy["model"],
             max_bytes=policy["max_bytes"],
         )
 
@@ -416,11 +428,15 @@ class Conversations(Application[UUID]):
         model: str,
         max_bytes: int,
     ) -> Window:
-        newest_first = list(_take_fitting(
-            conversation.eligible_turns_newest_first(),
-            mandatory_bytes=mandatory_size(model=model, system=system, question=question),
-            max_bytes=max_bytes,
-        ))
+        newest_first = list(
+            _take_fitting(
+                conversation.eligible_turns_newest_first(),
+                mandatory_bytes=mandatory_size(
+                    model=model, system=system, question=question
+                ),
+                max_bytes=max_bytes,
+            )
+        )
         kept_entries = newest_first[::-1]
         texts = self._read_texts(conversation, kept_entries)
         kept_ids = {entry.turn_id for entry in kept_entries}
@@ -490,8 +506,12 @@ class Conversations(Application[UUID]):
                     sealed_question=sealed_question,
                     sealed_answer=sealed_answer,
                     sizes=sizes,
-                    window_receipt=None if window is None else window.receipt().to_document(),
-                    sealed_system=None if window is None else self.vault.seal(
+                    window_receipt=None
+                    if window is None
+                    else window.receipt().to_document(),
+                    sealed_system=None
+                    if window is None
+                    else self.vault.seal(
                         conversation.id, turn_id, "system", window.system
                     ),
                 )
@@ -521,7 +541,9 @@ class Conversations(Application[UUID]):
         if not isinstance(window, ProjectedWindow):
             raise InvalidInputError("window", "expected the ProjectedWindow answered")
         if window.conversation_id != conversation_id:
-            raise WindowMismatchError(conversation_id, "it belongs to another conversation")
+            raise WindowMismatchError(
+                conversation_id, "it belongs to another conversation"
+            )
         if window.question != question:
             raise WindowMismatchError(
                 conversation_id, "it was projected for a different question"

@@ -199,29 +199,43 @@ def check_chain(conversation_id: UUID, rows: Iterable[_Row]) -> list[Finding]:
                 if row.version == expected_version + 1
                 else f"{expected_version}-{row.version - 1}"
             )
-            findings.append(Finding(
-                MISSING, conversation_id, expected_version,
-                f"version(s) {missing} absent: events were removed",
-            ))
+            findings.append(
+                Finding(
+                    MISSING,
+                    conversation_id,
+                    expected_version,
+                    f"version(s) {missing} absent: events were removed",
+                )
+            )
         expected_version = row.version + 1
         if row.link is None:
-            findings.append(Finding(
-                UNSEALED, conversation_id, row.version, row.seal_error or "no seal"
-            ))
+            findings.append(
+                Finding(
+                    UNSEALED, conversation_id, row.version, row.seal_error or "no seal"
+                )
+            )
             head = None
             continue
         if not row.link.intact:
-            findings.append(Finding(
-                CHANGED, conversation_id, row.version,
-                "stored bytes do not match the event's digest: the event was altered "
-                "(or moved from another conversation or version)",
-            ))
+            findings.append(
+                Finding(
+                    CHANGED,
+                    conversation_id,
+                    row.version,
+                    "stored bytes do not match the event's digest: the event was "
+                    "altered (or moved from another conversation or version)",
+                )
+            )
         if head is not None and row.link.previous_digest != head:
-            findings.append(Finding(
-                BROKEN_LINK, conversation_id, row.version,
-                "does not follow the stored event before it: events were removed, "
-                "inserted or reordered",
-            ))
+            findings.append(
+                Finding(
+                    BROKEN_LINK,
+                    conversation_id,
+                    row.version,
+                    "does not follow the stored event before it: events were removed, "
+                    "inserted or reordered",
+                )
+            )
         head = row.link.recorded_digest
     return findings
 
@@ -329,10 +343,14 @@ class Auditor:
                     sealed_system=event.sealed_system,
                 )
         except Exception as error:  # noqa: BLE001 - any decoding failure is a finding
-            item.audit.findings.append(Finding(
-                UNDECODABLE, conversation_id, stored.originator_version,
-                f"{type(error).__name__}: cannot read the stored state",
-            ))
+            item.audit.findings.append(
+                Finding(
+                    UNDECODABLE,
+                    conversation_id,
+                    stored.originator_version,
+                    f"{type(error).__name__}: cannot read the stored state",
+                )
+            )
             return
         if topic == STARTED_TOPIC:
             item.audit.owner_id = owner_id
@@ -351,11 +369,15 @@ class Auditor:
         try:
             current = self._replay(audit.conversation_id, None)
         except Exception as error:  # noqa: BLE001 - reported, never raised
-            audit.findings.append(Finding(
-                UNREPLAYABLE, audit.conversation_id, None,
-                f"{type(error).__name__}: the conversation cannot be rebuilt from "
-                "its events, so its receipts cannot be re-derived",
-            ))
+            audit.findings.append(
+                Finding(
+                    UNREPLAYABLE,
+                    audit.conversation_id,
+                    None,
+                    f"{type(error).__name__}: the conversation cannot be rebuilt from "
+                    "its events, so its receipts cannot be re-derived",
+                )
+            )
             audit.receipts_failed += len(receipts)
             return
         for receipt in receipts:
@@ -374,8 +396,10 @@ class Auditor:
     ) -> Finding | None:
         def finding(kind: str, detail: str) -> Finding:
             return Finding(
-                kind, conversation_id, item.version, f"receipt of turn {item.turn_id}: "
-                + detail
+                kind,
+                conversation_id,
+                item.version,
+                f"receipt of turn {item.turn_id}: " + detail,
             )
 
         try:
@@ -390,7 +414,8 @@ class Auditor:
             )
         involved = dict.fromkeys((item.turn_id, *receipt.turn_ids))
         deleted = [
-            turn_id for turn_id in involved
+            turn_id
+            for turn_id in involved
             if turn_id in current.turns and current.turns[turn_id].deleted
         ]
         if deleted:
@@ -416,27 +441,30 @@ class Auditor:
             return finding(RECEIPT_INVALID, error.reason)
         except TextUnavailableError as error:
             return finding(
-                TEXT_MISSING, f"turn {error.turn_id}'s key is gone but it was never "
-                "deleted",
+                TEXT_MISSING,
+                f"turn {error.turn_id}'s key is gone but it was never deleted",
             )
         except WindowError as error:
             return finding(RECEIPT_MISMATCH, f"the policy no longer applies: {error}")
         except Exception as error:  # noqa: BLE001 - e.g. a ciphertext failing its tag
             return finding(
-                UNREADABLE, f"{type(error).__name__}: sealed text cannot be opened",
+                UNREADABLE,
+                f"{type(error).__name__}: sealed text cannot be opened",
             )
         if not receipt.matches(window.body, window.kept_turn_ids):
             return finding(
                 RECEIPT_MISMATCH,
                 f"re-derived {len(window.body)} bytes with turns "
-                f"{list(window.kept_turn_ids)}; receipt says {receipt.body_bytes} bytes "
-                f"with turns {list(receipt.turn_ids)} and another SHA-256",
+                f"{list(window.kept_turn_ids)}; receipt says {receipt.body_bytes} "
+                f"bytes with turns {list(receipt.turn_ids)} and another SHA-256",
             )
         return None
 
     def _replay(self, conversation_id: UUID, version: int | None) -> Conversation:
         try:
-            conversation = self.replayer.get(conversation_id, version=version)
+            conversation: Conversation = self.replayer.get(
+                conversation_id, version=version
+            )
         except AggregateNotFoundError:
             raise ConversationNotFoundError(conversation_id) from None
         assert isinstance(conversation, Conversation)

@@ -65,16 +65,18 @@ class ChainLink:
 
 
 def _header(originator_id: UUID | str, version: int, topic: str) -> bytes:
-    identifier = originator_id if isinstance(originator_id, UUID) else UUID(
-        str(originator_id)
+    identifier = (
+        originator_id if isinstance(originator_id, UUID) else UUID(str(originator_id))
     )
-    return b"".join((
-        _HEADER_TAG,
-        identifier.bytes,
-        version.to_bytes(8, "big", signed=True),
-        topic.encode("utf-8"),
-        b"\n",
-    ))
+    return b"".join(
+        (
+            _HEADER_TAG,
+            identifier.bytes,
+            version.to_bytes(8, "big", signed=True),
+            topic.encode("utf-8"),
+            b"\n",
+        )
+    )
 
 
 def seal_state(
@@ -91,12 +93,14 @@ def seal_state(
     if not state.startswith(b"{") or not state.endswith(b"}"):
         raise ChainFormatError("only a JSON object state can be sealed")
     separator = b"" if state == b"{}" else b","
-    prefix = b"".join((
-        state[:-1],
-        separator + _PREVIOUS_KEY[1:],
-        previous_digest.encode("ascii"),
-        _DIGEST_KEY,
-    ))
+    prefix = b"".join(
+        (
+            state[:-1],
+            separator + _PREVIOUS_KEY[1:],
+            previous_digest.encode("ascii"),
+            _DIGEST_KEY,
+        )
+    )
     digest = hashlib.sha256(_header(originator_id, version, topic) + prefix).hexdigest()
     return prefix + digest.encode("ascii") + _END, digest
 
@@ -180,4 +184,3 @@ class ChainSealingMapper(Mapper[UUID]):
             topic=topic,
             state=sealed,
         )
-

@@ -30,8 +30,14 @@ OPENAI_CHAT = "openai-chat"
 
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 _FIELDS = frozenset(
-    {"receipt_format", "policy", "ledger_version", "turn_ids", "body_bytes",
-     "body_sha256"}
+    {
+        "receipt_format",
+        "policy",
+        "ledger_version",
+        "turn_ids",
+        "body_bytes",
+        "body_sha256",
+    }
 )
 
 

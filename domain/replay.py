@@ -34,14 +34,17 @@ def history_at(
     if at is not None:
         version = version_at(ledger, current.id, at)
     assert version is not None
-    if isinstance(version, bool) or not isinstance(version, int) or not (
-        1 <= version <= current.version
+    if (
+        isinstance(version, bool)
+        or not isinstance(version, int)
+        or not (1 <= version <= current.version)
     ):
         raise InvalidInputError(
             "version", f"must be an integer from 1 to {current.version}"
         )
     # Events only: the hash chain covers events, not snapshots.
-    past = Repository(event_store=ledger.events).get(current.id, version=version)
+    replayer: Repository[UUID] = Repository(event_store=ledger.events)
+    past: Conversation = replayer.get(current.id, version=version)
     assert isinstance(past, Conversation)
     entries = []
     for entry in past.turns.values():
@@ -77,7 +80,7 @@ def version_at(ledger: Conversations, conversation_id: UUID, at: datetime) -> in
         raise InvalidInputError("at", "expected a timezone-aware datetime")
     version = 0
     for recorded in ledger.events.get(conversation_id):
-        if recorded.timestamp > at:
+        if recorded.timestamp > at:  # type: ignore[attr-defined]
             break
         version = recorded.originator_version
     if version == 0:

@@ -35,7 +35,9 @@ def register(subparsers: Any) -> None:
         "audit",
         help="verify versions, hash chains and window receipts; non-zero on failure",
     )
-    audit.add_argument("--conversation", type=_uuid, help="audit only this conversation")
+    audit.add_argument(
+        "--conversation", type=_uuid, help="audit only this conversation"
+    )
     audit.add_argument("--json", type=Path, metavar="PATH", help="write a JSON report")
     audit.add_argument(
         "--no-receipts", action="store_true", help="check chains and versions only"
@@ -48,7 +50,9 @@ def register(subparsers: Any) -> None:
     history.add_argument("conversation", type=_uuid)
     history.add_argument("--owner", required=True)
     history.add_argument(
-        "--at", required=True, metavar="VERSION|TIME",
+        "--at",
+        required=True,
+        metavar="VERSION|TIME",
         help="a version number, or an ISO 8601 time with its zone",
     )
     history.set_defaults(handler=run_history)
@@ -57,11 +61,14 @@ def register(subparsers: Any) -> None:
         "rebuild", help="drop and rebuild read models from the log (resumable)"
     )
     rebuild_parser.add_argument(
-        "names", nargs="*", metavar="NAME",
+        "names",
+        nargs="*",
+        metavar="NAME",
         help=f"read models to rebuild (default: all of {', '.join(READ_MODELS)})",
     )
     rebuild_parser.add_argument(
-        "--restart", action="store_true",
+        "--restart",
+        action="store_true",
         help="start over even if an interrupted rebuild could be resumed",
     )
     rebuild_parser.set_defaults(handler=run_rebuild)
@@ -157,13 +164,16 @@ def run_history(arguments: argparse.Namespace) -> int:
         )
     finally:
         ledger.close()
-    table = Table(title=f"conversation {page.conversation_id} at version {page.version}")
+    table = Table(
+        title=f"conversation {page.conversation_id} at version {page.version}"
+    )
     for column in ("#", "turn", "status", "recorded", "question", "answer"):
         table.add_column(column)
     for item in page.items:
         deleted = (
             f"[dim](deleted {item.deleted_at:%Y-%m-%d %H:%M:%S})[/]"
-            if item.deleted_at is not None else ""
+            if item.deleted_at is not None
+            else ""
         )
         table.add_row(
             str(item.position + 1),
@@ -195,7 +205,8 @@ def run_rebuild(arguments: argparse.Namespace) -> int:
     unknown = [name for name in arguments.names if name not in READ_MODELS]
     if unknown:
         raise InvalidInputError(
-            "read model", f"unknown {', '.join(unknown)}; known: {', '.join(READ_MODELS)}"
+            "read model",
+            f"unknown {', '.join(unknown)}; known: {', '.join(READ_MODELS)}",
         )
     settings = Settings()
     console = Console()
@@ -211,10 +222,11 @@ def run_rebuild(arguments: argparse.Namespace) -> int:
                 label = f"{name} ({'resuming' if resuming else 'rebuilding'})"
                 with _progress(console, label, latest - start) as advance:
                     rebuild(ledger, store, restart=arguments.restart, progress=advance)
-                console.print(f"{name}: rebuilt up to position {store.tracking().position}")
+                console.print(
+                    f"{name}: rebuilt up to position {store.tracking().position}"
+                )
             finally:
                 store.close()
     finally:
         ledger.close()
     return 0
-

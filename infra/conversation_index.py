@@ -40,12 +40,14 @@ def logged_events(
         owner_id = None
         if notification.topic == STARTED_TOPIC:
             owner_id = ledger.mapper.to_domain_event(notification).owner_id  # type: ignore[attr-defined]
-        events.append(LoggedEvent(
-            conversation_id=conversation_id_of(notification),
-            version=notification.originator_version,
-            head_digest=head,
-            owner_id=owner_id,
-        ))
+        events.append(
+            LoggedEvent(
+                conversation_id=conversation_id_of(notification),
+                version=notification.originator_version,
+                head_digest=head,
+                owner_id=owner_id,
+            )
+        )
     return events
 
 
@@ -81,7 +83,9 @@ class MemoryConversationIndex(ConversationIndexQueries):
             self._rows.clear()
             self._tracking = Tracking(0, True)
 
-    def apply(self, notifications: Sequence[Notification], ledger: Conversations) -> None:
+    def apply(
+        self, notifications: Sequence[Notification], ledger: Conversations
+    ) -> None:
         changes = fold_page(logged_events(notifications, ledger))
         with self._lock:
             for change in changes:
@@ -90,7 +94,9 @@ class MemoryConversationIndex(ConversationIndexQueries):
                     self._rows[change.conversation_id] = change
                 elif before is not None and before.version < change.version:
                     self._rows[change.conversation_id] = IndexChange(
-                        change.conversation_id, change.version, change.head_digest,
+                        change.conversation_id,
+                        change.version,
+                        change.head_digest,
                         before.owner_id,
                     )
             self._tracking = Tracking(notifications[-1].id, self._tracking.rebuilding)
@@ -150,37 +156,52 @@ class SQLiteConversationIndex(ConversationIndexQueries):
         return Tracking(0, False) if row is None else Tracking(row[0], bool(row[1]))
 
     def reset(self) -> None:
-        self._transaction([
-            ("DELETE FROM conversation_index", ()),
-            ("INSERT OR REPLACE INTO readmodel_tracking VALUES (?, 0, 1)", (NAME,)),
-        ])
+        self._transaction(
+            [
+                ("DELETE FROM conversation_index", ()),
+                ("INSERT OR REPLACE INTO readmodel_tracking VALUES (?, 0, 1)", (NAME,)),
+            ]
+        )
 
-    def apply(self, notifications: Sequence[Notification], ledger: Conversations) -> None:
+    def apply(
+        self, notifications: Sequence[Notification], ledger: Conversations
+    ) -> None:
         statements: list[tuple[str, tuple[Any, ...]]] = []
         for change in fold_page(logged_events(notifications, ledger)):
             key = change.conversation_id.hex
             if change.owner_id is not None:
-                statements.append((
-                    "INSERT OR REPLACE INTO conversation_index VALUES (?, ?, ?, ?)",
-                    (key, change.owner_id, change.version, change.head_digest),
-                ))
+                statements.append(
+                    (
+                        "INSERT OR REPLACE INTO conversation_index VALUES (?, ?, ?, ?)",
+                        (key, change.owner_id, change.version, change.head_digest),
+                    )
+                )
             else:
-                statements.append((
-                    "UPDATE conversation_index SET version = ?, head_digest = ?"
-                    " WHERE conversation_id = ? AND version < ?",
-                    (change.version, change.head_digest, key, change.version),
-                ))
+                statements.append(
+                    (
+                        "UPDATE conversation_index SET version = ?, head_digest = ?"
+                        " WHERE conversation_id = ? AND version < ?",
+                        (change.version, change.head_digest, key, change.version),
+                    )
+                )
         rebuilding = int(self.tracking().rebuilding)
-        statements.append((
-            "INSERT OR REPLACE INTO readmodel_tracking VALUES (?, ?, ?)",
-            (NAME, notifications[-1].id, rebuilding),
-        ))
+        statements.append(
+            (
+                "INSERT OR REPLACE INTO readmodel_tracking VALUES (?, ?, ?)",
+                (NAME, notifications[-1].id, rebuilding),
+            )
+        )
         self._transaction(statements)
 
     def finish_rebuild(self) -> None:
-        self._transaction([
-            ("UPDATE readmodel_tracking SET rebuilding = 0 WHERE name = ?", (NAME,)),
-        ])
+        self._transaction(
+            [
+                (
+                    "UPDATE readmodel_tracking SET rebuilding = 0 WHERE name = ?",
+                    (NAME,),
+                ),
+            ]
+        )
 
     def rows(self) -> list[IndexChange]:
         with self._lock:
@@ -215,18 +236,25 @@ class PostgresConversationIndex(ConversationIndexQueries):
         self._tracking_table = sql.Identifier(schema, "readmodel_tracking")
         self._index_table = sql.Identifier(schema, "conversation_index")
         with self._lock, self._connection.transaction():
-            self._connection.execute(sql.SQL(
-                "CREATE TABLE IF NOT EXISTS {} (name text PRIMARY KEY,"
-                " position bigint NOT NULL, rebuilding boolean NOT NULL)"
-            ).format(self._tracking_table))
-            self._connection.execute(sql.SQL(
-                "CREATE TABLE IF NOT EXISTS {} (conversation_id uuid PRIMARY KEY,"
-                " owner_id text NOT NULL, version bigint NOT NULL,"
-                " head_digest text NOT NULL)"
-            ).format(self._index_table))
-            self._connection.execute(sql.SQL(
-                "CREATE INDEX IF NOT EXISTS conversation_index_owner ON {} (owner_id)"
-            ).format(self._index_table))
+            self._connection.execute(
+                sql.SQL(
+                    "CREATE TABLE IF NOT EXISTS {} (name text PRIMARY KEY,"
+                    " position bigint NOT NULL, rebuilding boolean NOT NULL)"
+                ).format(self._tracking_table)
+            )
+            self._connection.execute(
+                sql.SQL(
+                    "CREATE TABLE IF NOT EXISTS {} (conversation_id uuid PRIMARY KEY,"
+                    " owner_id text NOT NULL, version bigint NOT NULL,"
+                    " head_digest text NOT NULL)"
+                ).format(self._index_table)
+            )
+            self._connection.execute(
+                sql.SQL(
+                    "CREATE INDEX IF NOT EXISTS conversation_index_owner"
+                    " ON {} (owner_id)"
+                ).format(self._index_table)
+            )
 
     def tracking(self) -> Tracking:
         with self._lock:
@@ -254,12 +282,18 @@ class PostgresConversationIndex(ConversationIndexQueries):
             )
             self._set_tracking(0, True)
 
-    def apply(self, notifications: Sequence[Notification], ledger: Conversations) -> None:
+    def apply(
+        self, notifications: Sequence[Notification], ledger: Conversations
+    ) -> None:
         changes = fold_page(logged_events(notifications, ledger))
         rebuilding = self.tracking().rebuilding
         whole = [c for c in changes if c.owner_id is not None]
         moves = [c for c in changes if c.owner_id is None]
-        with self._lock, self._connection.transaction(), self._connection.cursor() as cur:
+        with (
+            self._lock,
+            self._connection.transaction(),
+            self._connection.cursor() as cur,
+        ):
             if whole:
                 cur.executemany(
                     sql.SQL(
@@ -268,8 +302,10 @@ class PostgresConversationIndex(ConversationIndexQueries):
                         " version = EXCLUDED.version,"
                         " head_digest = EXCLUDED.head_digest"
                     ).format(self._index_table),
-                    [(c.conversation_id, c.owner_id, c.version, c.head_digest)
-                     for c in whole],
+                    [
+                        (c.conversation_id, c.owner_id, c.version, c.head_digest)
+                        for c in whole
+                    ],
                 )
             if moves:
                 cur.executemany(
@@ -277,8 +313,10 @@ class PostgresConversationIndex(ConversationIndexQueries):
                         "UPDATE {} SET version = %s, head_digest = %s"
                         " WHERE conversation_id = %s AND version < %s"
                     ).format(self._index_table),
-                    [(c.version, c.head_digest, c.conversation_id, c.version)
-                     for c in moves],
+                    [
+                        (c.version, c.head_digest, c.conversation_id, c.version)
+                        for c in moves
+                    ],
                 )
             self._set_tracking(notifications[-1].id, rebuilding)
 

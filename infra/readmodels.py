@@ -43,7 +43,9 @@ class ReadModelStore(Protocol):
         """Drop every row, track position 0 and mark a rebuild as under way."""
         ...
 
-    def apply(self, notifications: Sequence[Notification], ledger: Conversations) -> None:
+    def apply(
+        self, notifications: Sequence[Notification], ledger: Conversations
+    ) -> None:
         """Apply events in log order and track the last one, in one transaction."""
         ...
 
@@ -116,9 +118,7 @@ def rebuild(
     """
     if restart or not store.tracking().rebuilding:
         store.reset()
-    catch_up(
-        ledger, store, page_size=page_size, max_pages=max_pages, progress=progress
-    )
+    catch_up(ledger, store, page_size=page_size, max_pages=max_pages, progress=progress)
     latest = ledger.recorder.max_notification_id() or 0
     if store.tracking().position >= latest:
         store.finish_rebuild()

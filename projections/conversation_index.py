@@ -44,8 +44,10 @@ def fold_page(events: Iterable[LoggedEvent]) -> list[IndexChange]:
     changes: dict[UUID, IndexChange] = {}
     for event in events:
         before = changes.get(event.conversation_id)
-        owner_id = event.owner_id if event.owner_id is not None else (
-            before.owner_id if before is not None else None
+        owner_id = (
+            event.owner_id
+            if event.owner_id is not None
+            else (before.owner_id if before is not None else None)
         )
         if before is not None and before.version > event.version:
             continue

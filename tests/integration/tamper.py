@@ -27,7 +27,9 @@ class RawEvents:
             self._postgres = psycopg.connect(
                 settings.postgres_conninfo(), autocommit=True
             )
-            self._table = sql.Identifier(settings.postgres_schema, "conversations_events")
+            self._table = sql.Identifier(
+                settings.postgres_schema, "conversations_events"
+            )
         else:
             raise ValueError(f"no raw SQL access to a {self.kind} store")
 
@@ -45,8 +47,10 @@ class RawEvents:
         return cursor.fetchall() if cursor.description else []
 
     def _sql(self, statement: str) -> str:
-        return statement if self.kind == "postgres" else statement.replace(
-            "EVENTS", "stored_events"
+        return (
+            statement
+            if self.kind == "postgres"
+            else statement.replace("EVENTS", "stored_events")
         )
 
     def state(self, conversation_id: UUID, version: int) -> bytes:
@@ -77,7 +81,8 @@ class RawEvents:
     def delete(self, conversation_id: UUID, version: int) -> None:
         self._execute(
             self._sql(
-                "DELETE FROM EVENTS WHERE originator_id = %s AND originator_version = %s"
+                "DELETE FROM EVENTS WHERE originator_id = %s"
+                " AND originator_version = %s"
             ),
             (self._id(conversation_id), version),
         )
@@ -98,7 +103,10 @@ class RawEvents:
         self.renumber(conversation_id, -1, second)
 
     def move(
-        self, conversation_id: UUID, version: int, to_conversation_id: UUID,
+        self,
+        conversation_id: UUID,
+        version: int,
+        to_conversation_id: UUID,
         to_version: int,
     ) -> None:
         """Move an event into another conversation, replacing its event there."""
@@ -108,8 +116,12 @@ class RawEvents:
                 "UPDATE EVENTS SET originator_id = %s, originator_version = %s "
                 "WHERE originator_id = %s AND originator_version = %s"
             ),
-            (self._id(to_conversation_id), to_version, self._id(conversation_id),
-             version),
+            (
+                self._id(to_conversation_id),
+                to_version,
+                self._id(conversation_id),
+                version,
+            ),
         )
 
     def close(self) -> None:

@@ -7,7 +7,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from uuid import UUID
 
@@ -31,7 +31,8 @@ from infra.settings import Settings
 from tests.integration.tamper import RawEvents
 
 SQL_STORES = pytest.mark.parametrize(
-    "settings", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)],
+    "settings",
+    ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)],
     indirect=True,
 )
 SYSTEM = "You are concise. Reply in English."
@@ -47,12 +48,20 @@ def run_turns(
     for index in range(1, turns + 1):
         question = f"Question {index}: what about item {index * 7}? ✓"
         window = ledger.project_window(
-            owner, conversation_id, question=question, system=SYSTEM, model="m-1",
+            owner,
+            conversation_id,
+            question=question,
+            system=SYSTEM,
+            model="m-1",
             max_bytes=max_bytes,
         )
         ledger.confirm_turn(
-            owner, conversation_id, turn_id=f"t{index}", question=question,
-            answer=f"Answer {index}: " + "détail " * index, window=window,
+            owner,
+            conversation_id,
+            turn_id=f"t{index}",
+            question=question,
+            answer=f"Answer {index}: " + "détail " * index,
+            window=window,
         )
         windows[f"t{index}"] = window
     return conversation_id, windows
@@ -95,7 +104,11 @@ def test_every_stored_event_is_sealed_and_linked(ledger: Conversations) -> None:
     previous = GENESIS
     rows = ledger.recorder.select_events(conversation_id)
     assert [row.topic.rsplit(".", 1)[-1] for row in rows] == [
-        "Started", "TurnConfirmed", "TurnConfirmed", "TurnConfirmed", "TurnAbandoned",
+        "Started",
+        "TurnConfirmed",
+        "TurnConfirmed",
+        "TurnConfirmed",
+        "TurnAbandoned",
         "HistoryDeleted",
     ]
     for row in rows:
@@ -128,7 +141,10 @@ def test_one_changed_byte_is_detected_and_located(
         assert not report.ok
         located = failures_at(report)
         assert (CHANGED, conversation_id, version) in located or (
-            UNSEALED, conversation_id, version) in located
+            UNSEALED,
+            conversation_id,
+            version,
+        ) in located
         assert {f.conversation_id for f in report.failures} == {conversation_id}
         assert report.conversation(other).ok
         raw.set_state(conversation_id, version, state)
@@ -154,7 +170,8 @@ def test_a_deleted_event_row_is_detected(ledger: Conversations, raw: RawEvents) 
     raw.delete(conversation_id, 3)
     report = Auditor(ledger).audit()
     assert failures_at(report) >= {
-        (MISSING, conversation_id, 3), (BROKEN_LINK, conversation_id, 4)
+        (MISSING, conversation_id, 3),
+        (BROKEN_LINK, conversation_id, 4),
     }
 
 
@@ -189,12 +206,18 @@ def test_receipt_is_rederived_byte_exactly_in_a_fresh_process(
     ledger.close()
     script = tmp_path / "rederive.py"
     script.write_text(_REDERIVE)
-    env = {key: value for key, value in os.environ.items()
-           if not key.startswith("TURNLEDGER_")}
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith("TURNLEDGER_")
+    }
     env.update(_environment(settings))
     completed = subprocess.run(
         [sys.executable, str(script), str(conversation_id)],
-        env=env, capture_output=True, text=True, check=True,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
         cwd=Path(__file__).resolve().parents[2],
     )
     bodies = json.loads(completed.stdout)
@@ -205,7 +228,7 @@ def test_receipt_is_rederived_byte_exactly_in_a_fresh_process(
         assert bodies[turn_id]["audit_ok"] is True
 
 
-_REDERIVE = '''
+_REDERIVE = """
 import base64, json, sys
 from uuid import UUID
 from domain.audit import Auditor
@@ -237,7 +260,7 @@ for event in ledger.events.get(conversation_id):
     }
 ledger.close()
 print(json.dumps(out))
-'''
+"""
 
 
 def _environment(settings: Settings) -> dict[str, str]:
@@ -281,12 +304,18 @@ def test_a_receipt_that_does_not_match_its_window_is_a_failure(
     ledger = memory_ledger
     conversation_id, _ = run_turns(ledger, turns=2)
     window = ledger.project_window(
-        OWNER, conversation_id, question="Third?", system=SYSTEM, model="m-1",
+        OWNER,
+        conversation_id,
+        question="Third?",
+        system=SYSTEM,
+        model="m-1",
         max_bytes=600,
     )
     forged = WindowReceipt.of_body(
-        policy=window.policy, ledger_version=window.ledger_version,
-        turn_ids=window.window.kept_turn_ids, body=window.window.body + b" ",
+        policy=window.policy,
+        ledger_version=window.ledger_version,
+        turn_ids=window.window.kept_turn_ids,
+        body=window.window.body + b" ",
     )
     conversation = ledger.get_conversation(OWNER, conversation_id)
     conversation.confirm_turn(
@@ -318,12 +347,12 @@ def test_audit_without_receipts_checks_only_the_chain(ledger: Conversations) -> 
     assert sum(a.receipts_verified for a in report.conversations) == 0
 
 
-def test_auditing_an_unknown_conversation_is_a_typed_error(ledger: Conversations) -> None:
+def test_auditing_an_unknown_conversation_is_a_typed_error(
+    ledger: Conversations,
+) -> None:
     from uuid import uuid4
 
     from domain.errors import ConversationNotFoundError
 
     with pytest.raises(ConversationNotFoundError):
         Auditor(ledger).audit(uuid4())
-
-

@@ -17,7 +17,8 @@ from tests.integration.tamper import RawEvents
 from tests.integration.test_audit import _environment, run_turns
 
 SQL_STORES = pytest.mark.parametrize(
-    "settings", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)],
+    "settings",
+    ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)],
     indirect=True,
 )
 
@@ -27,8 +28,9 @@ def configured(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Settings:
     """Point the CLI's environment at the test's store."""
     for key, value in _environment(settings).items():
         monkeypatch.setenv(key, value)
-    monkeypatch.chdir(settings.data_dir.parent if settings.persistence == "sqlite"
-                      else Path.cwd())
+    monkeypatch.chdir(
+        settings.data_dir.parent if settings.persistence == "sqlite" else Path.cwd()
+    )
     return settings
 
 
@@ -65,8 +67,11 @@ def test_audit_passes_writes_json_then_fails_after_tampering(
     out = capsys.readouterr().out
     assert "audit FAILED" in out and "changed" in out
     failures = json.loads(report_path.read_text())["failures"]
-    assert {"kind": "changed", "conversation_id": str(conversation_id), "version": 2} \
-        .items() <= failures[0].items()
+    assert {
+        "kind": "changed",
+        "conversation_id": str(conversation_id),
+        "version": 2,
+    }.items() <= failures[0].items()
     assert main(["audit", "--conversation", str(conversation_id), "--no-receipts"]) == 1
 
 
@@ -79,9 +84,13 @@ def test_history_prints_a_past_version_with_later_deletions_kept(
     out = capsys.readouterr().out
     assert "at version 4" in out and "Question 1" in out and "Question 3" not in out
     assert "t3" in out and "deleted" in out
-    assert main(["history", str(conversation_id), "--owner", "alice", "--at", "99"]) == 1
+    assert (
+        main(["history", str(conversation_id), "--owner", "alice", "--at", "99"]) == 1
+    )
     assert "invalid version" in capsys.readouterr().err
-    assert main(["history", str(conversation_id), "--owner", "alice", "--at", "soon"]) == 1
+    assert (
+        main(["history", str(conversation_id), "--owner", "alice", "--at", "soon"]) == 1
+    )
     assert main(["history", str(conversation_id), "--owner", "bob", "--at", "2"]) == 1
     assert "not found" in capsys.readouterr().err
 

@@ -30,7 +30,10 @@ def populate(ledger: Conversations) -> dict[str, list]:  # type: ignore[type-arg
             owned[owner].append(conversation_id)
             for turn in range(round_):
                 ledger.confirm_turn(
-                    owner, conversation_id, turn_id=f"t{turn}", question="q",
+                    owner,
+                    conversation_id,
+                    turn_id=f"t{turn}",
+                    question="q",
                     answer="a",
                 )
     return owned
@@ -59,7 +62,7 @@ def test_an_interrupted_rebuild_resumes_from_its_position(
     populate(ledger)
     total = ledger.recorder.max_notification_id()
     assert rebuild(ledger, index, page_size=4, max_pages=2) is False
-    assert index.tracking() .rebuilding and index.tracking().position > 0
+    assert index.tracking().rebuilding and index.tracking().position > 0
     stopped_at = index.tracking().position
     if settings.persistence != "memory":
         index.close()  # a new process picks the rebuild up where it stopped
@@ -86,24 +89,27 @@ def test_catch_up_follows_new_events_after_a_rebuild(
     assert catch_up(ledger, index) == 0
 
 
-_ids = st.sampled_from([
-    __import__("uuid").UUID(int=n) for n in range(1, 4)
-])
+_ids = st.sampled_from([__import__("uuid").UUID(int=n) for n in range(1, 4)])
 
 
 @given(st.lists(st.tuples(_ids, st.booleans()), max_size=30), st.integers(1, 7))
 def test_folding_in_pages_gives_the_same_index_as_folding_at_once(
-    steps: list, page: int  # type: ignore[type-arg]
+    steps: list,
+    page: int,  # type: ignore[type-arg]
 ) -> None:
     versions: dict = {}  # type: ignore[type-arg]
     events = []
     for conversation_id, _ in steps:
         version = versions.get(conversation_id, 0) + 1
         versions[conversation_id] = version
-        events.append(LoggedEvent(
-            conversation_id, version, f"d{version}",
-            owner_id=f"o{conversation_id.int}" if version == 1 else None,
-        ))
+        events.append(
+            LoggedEvent(
+                conversation_id,
+                version,
+                f"d{version}",
+                owner_id=f"o{conversation_id.int}" if version == 1 else None,
+            )
+        )
 
     def apply_all(pages: list[list[LoggedEvent]]) -> dict:  # type: ignore[type-arg]
         rows: dict = {}  # type: ignore[type-arg]
@@ -114,7 +120,9 @@ def test_folding_in_pages_gives_the_same_index_as_folding_at_once(
                     rows[change.conversation_id] = change
                 elif before is not None and before.version < change.version:
                     rows[change.conversation_id] = IndexChange(
-                        change.conversation_id, change.version, change.head_digest,
+                        change.conversation_id,
+                        change.version,
+                        change.head_digest,
                         before.owner_id,
                     )
         return rows

@@ -23,7 +23,10 @@ def three_turns(ledger: Conversations):  # type: ignore[no-untyped-def]
     conversation_id = ledger.start_conversation(OWNER)
     for index in (1, 2, 3):
         ledger.confirm_turn(
-            OWNER, conversation_id, turn_id=f"t{index}", question=f"q{index}",
+            OWNER,
+            conversation_id,
+            turn_id=f"t{index}",
+            question=f"q{index}",
             answer=f"a{index}",
         )
     return conversation_id
@@ -36,7 +39,8 @@ def test_history_at_a_version_shows_the_turns_of_that_version(
     page = history_at(ledger, OWNER, conversation_id, version=3)
     assert page.version == 3
     assert [(i.turn_id, i.question, i.answer) for i in page.items] == [
-        ("t1", "q1", "a1"), ("t2", "q2", "a2")
+        ("t1", "q1", "a1"),
+        ("t2", "q2", "a2"),
     ]
     assert history_at(ledger, OWNER, conversation_id, version=1).items == ()
 
@@ -94,7 +98,11 @@ def test_somebody_elses_past_is_not_found(ledger: Conversations) -> None:
 def test_a_confirmed_turn_keeps_its_windows_receipt(ledger: Conversations) -> None:
     conversation_id = three_turns(ledger)
     window = ledger.project_window(
-        OWNER, conversation_id, question="q4", system="be brief", model="m",
+        OWNER,
+        conversation_id,
+        question="q4",
+        system="be brief",
+        model="m",
         max_bytes=180,
     )
     ledger.confirm_turn(
@@ -111,7 +119,9 @@ def test_a_confirmed_turn_keeps_its_windows_receipt(ledger: Conversations) -> No
     # Content-free: no text of the conversation or the instructions in it.
     flat = repr(stored.window_receipt)
     assert all(text not in flat for text in ("q1", "a1", "q4", "be brief"))
-    opened = ledger.vault.open_many(conversation_id, [("t4", "system", stored.sealed_system)])
+    opened = ledger.vault.open_many(
+        conversation_id, [("t4", "system", stored.sealed_system)]
+    )
     assert opened == ["be brief"]
 
 
@@ -125,7 +135,11 @@ def test_a_window_for_another_question_or_conversation_is_refused(
     )
     with pytest.raises(WindowMismatchError):
         ledger.confirm_turn(
-            OWNER, conversation_id, turn_id="t4", question="other", answer="a",
+            OWNER,
+            conversation_id,
+            turn_id="t4",
+            question="other",
+            answer="a",
             window=window,
         )
     with pytest.raises(WindowMismatchError):
@@ -134,7 +148,11 @@ def test_a_window_for_another_question_or_conversation_is_refused(
         )
     with pytest.raises(InvalidInputError):
         ledger.confirm_turn(
-            OWNER, conversation_id, turn_id="t4", question="q4", answer="a",
+            OWNER,
+            conversation_id,
+            turn_id="t4",
+            question="q4",
+            answer="a",
             window="not a window",  # type: ignore[arg-type]
         )
     assert ledger.get_conversation(OWNER, conversation_id).version == 4
@@ -156,7 +174,9 @@ def test_a_window_for_another_question_or_conversation_is_refused(
 def test_malformed_receipt_documents_are_named(change, reason: str) -> None:  # type: ignore[no-untyped-def]
     document = WindowReceipt.of_body(
         policy={"format": "openai-chat", "model": "m", "max_bytes": 10},
-        ledger_version=1, turn_ids=("t1",), body=b"{}",
+        ledger_version=1,
+        turn_ids=("t1",),
+        body=b"{}",
     ).to_document()
     assert WindowReceipt.from_document(document).body_bytes == 2
     change(document)

@@ -18,21 +18,29 @@ CONVERSATION = uuid.UUID("12345678-1234-5678-1234-567812345678")
 
 def sealed(state: bytes, *, version: int = 2, previous: str = GENESIS) -> bytes:
     return seal_state(
-        originator_id=CONVERSATION, version=version, topic=TOPIC, state=state,
+        originator_id=CONVERSATION,
+        version=version,
+        topic=TOPIC,
+        state=state,
         previous_digest=previous,
     )[0]
 
 
 def test_sealed_state_is_json_with_the_two_chain_keys_last() -> None:
     state, digest = seal_state(
-        originator_id=CONVERSATION, version=2, topic=TOPIC,
-        state=b'{"turn_id":"t1","n":1}', previous_digest="a" * 64,
+        originator_id=CONVERSATION,
+        version=2,
+        topic=TOPIC,
+        state=b'{"turn_id":"t1","n":1}',
+        previous_digest="a" * 64,
     )
     document = json.loads(state)
     assert list(document) == ["turn_id", "n", "previous_digest", "digest"]
     assert document["previous_digest"] == "a" * 64
     assert document["digest"] == digest
-    link = read_link_parts(originator_id=CONVERSATION, version=2, topic=TOPIC, state=state)
+    link = read_link_parts(
+        originator_id=CONVERSATION, version=2, topic=TOPIC, state=state
+    )
     assert link.intact and link.previous_digest == "a" * 64
 
 
@@ -67,7 +75,9 @@ def test_the_digest_binds_the_row_id_version_and_topic(
     body=st.dictionaries(st.text(max_size=8), st.text(max_size=20), max_size=4),
     data=st.data(),
 )
-def test_any_single_byte_change_is_detected(body: dict[str, str], data: st.DataObject) -> None:
+def test_any_single_byte_change_is_detected(
+    body: dict[str, str], data: st.DataObject
+) -> None:
     original = sealed(json.dumps(body, separators=(",", ":")).encode())
     offset = data.draw(st.integers(0, len(original) - 1))
     replacement = data.draw(st.integers(0, 255).filter(lambda b: b != original[offset]))
@@ -98,8 +108,11 @@ def _states(length: int) -> dict[int, bytes]:
     states, previous = {}, GENESIS
     for version in range(1, length + 1):
         states[version], previous = seal_state(
-            originator_id=CONVERSATION, version=version, topic=TOPIC,
-            state=b'{"v":%d}' % version, previous_digest=previous,
+            originator_id=CONVERSATION,
+            version=version,
+            topic=TOPIC,
+            state=b'{"v":%d}' % version,
+            previous_digest=previous,
         )
     return states
 
@@ -123,12 +136,15 @@ def test_an_intact_chain_has_no_findings_in_any_row_order() -> None:
 
 @settings(max_examples=50, deadline=None)
 @given(length=st.integers(3, 12), data=st.data())
-def test_removing_a_non_final_event_is_located(length: int, data: st.DataObject) -> None:
+def test_removing_a_non_final_event_is_located(
+    length: int, data: st.DataObject
+) -> None:
     rows = _chain(length)
     removed = data.draw(st.integers(1, length - 1))
     findings = check_chain(CONVERSATION, [r for r in rows if r.version != removed])
     assert {(f.kind, f.version) for f in findings} >= {
-        (MISSING, removed), (BROKEN_LINK, removed + 1)
+        (MISSING, removed),
+        (BROKEN_LINK, removed + 1),
     }
 
 
