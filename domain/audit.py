@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 from uuid import UUID
 
 from eventsourcing.application import AggregateNotFoundError, Repository
@@ -23,7 +23,7 @@ from eventsourcing.persistence import StoredEvent
 from eventsourcing.utils import get_topic
 
 from domain.application import Conversations
-from domain.chain import GENESIS, ChainFormatError, ChainLink, read_link
+from domain.chain import GENESIS, ChainFormatError, raw_link
 from domain.conversation import Conversation
 from domain.errors import (
     ConversationNotFoundError,
@@ -164,11 +164,14 @@ class AuditReport:
         }
 
 
-@dataclass(frozen=True, slots=True)
-class _Row:
+class _Row(NamedTuple):
+    """One stored event's chain facts (digests as hex; error when unsealed)."""
+
     version: int
-    link: ChainLink | None
-    seal_error: str | None
+    previous: str
+    recorded: str
+    computed: str
+    seal_error: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +186,7 @@ class _ReceiptToCheck:
 @dataclass(slots=True)
 class _Collected:
     audit: ConversationAudit
+    identity: bytes
     rows: list[_Row] = field(default_factory=list)
     receipts: list[_ReceiptToCheck] = field(default_factory=list)
 
@@ -208,7 +212,7 @@ def check_chain(conversation_id: UUID, rows: Iterable[_Row]) -> list[Finding]:
                 )
             )
         expected_version = row.version + 1
-        if row.link is None:
+        if row.seal_error is not None:
             findings.append(
                 Finding(
                     UNSEALED, conversation_id, row.version, row.seal_error or "no seal"
@@ -216,7 +220,7 @@ def check_chain(conversation_id: UUID, rows: Iterable[_Row]) -> list[Finding]:
             )
             head = None
             continue
-        if not row.link.intact:
+        if row.recorded != row.computed:
             findings.append(
                 Finding(
                     CHANGED,
@@ -226,7 +230,7 @@ def check_chain(conversation_id: UUID, rows: Iterable[_Row]) -> list[Finding]:
                     "altered (or moved from another conversation or version)",
                 )
             )
-        if head is not None and row.link.previous_digest != head:
+        if head is not None and row.previous != head:
             findings.append(
                 Finding(
                     BROKEN_LINK,
@@ -236,7 +240,7 @@ def check_chain(conversation_id: UUID, rows: Iterable[_Row]) -> list[Finding]:
                     "inserted or reordered",
                 )
             )
-        head = row.link.recorded_digest
+        head = row.recorded
     return findings
 
 
@@ -277,7 +281,7 @@ class Auditor:
             audit.events = len(item.rows)
             last = max(item.rows, key=lambda r: r.version)
             audit.head_version = last.version
-            audit.head_digest = last.link.recorded_digest if last.link else ""
+            audit.head_digest = last.recorded
             if receipts:
                 self._check_receipts(audit, item.receipts)
             audits.append(audit)
@@ -311,16 +315,21 @@ class Auditor:
                 topic=stored.topic,
                 state=stored.state.encode("utf-8"),
             )
-        conversation_id = UUID(str(stored.originator_id))
+        conversation_id = stored.originator_id
+        if conversation_id.__class__ is not UUID:
+            conversation_id = UUID(str(conversation_id))
         item = collected.get(conversation_id)
         if item is None:
             item = collected[conversation_id] = _Collected(
-                ConversationAudit(conversation_id)
+                ConversationAudit(conversation_id), conversation_id.bytes
             )
+        version = stored.originator_version
         try:
-            row = _Row(stored.originator_version, read_link(stored), None)
+            row = _Row(
+                version, *raw_link(item.identity, version, stored.topic, stored.state)
+            )
         except ChainFormatError as error:
-            row = _Row(stored.originator_version, None, str(error))
+            row = _Row(version, "", "", "", str(error))
         item.rows.append(row)
         topic = stored.topic
         wanted = topic in (STARTED_TOPIC, DELETED_TOPIC) or (

@@ -118,31 +118,58 @@ def read_link(stored: StoredEvent) -> ChainLink:
 def read_link_parts(
     *, originator_id: UUID | str, version: int, topic: str, state: bytes
 ) -> ChainLink:
+    identifier = (
+        originator_id if isinstance(originator_id, UUID) else UUID(str(originator_id))
+    )
+    return ChainLink(*raw_link(identifier.bytes, version, topic, state))
+
+
+_PREVIOUS_AT = len(_PREVIOUS_KEY)
+_DIGEST_KEY_AT = _PREVIOUS_AT + 64
+_DIGEST_AT = _DIGEST_KEY_AT + len(_DIGEST_KEY)
+_EMPTY_OBJECT_PREVIOUS_KEY = b"{" + _PREVIOUS_KEY[1:]
+
+
+def raw_link(
+    identity: bytes, version: int, topic: str, state: bytes
+) -> tuple[str, str, str]:
+    """(previous, recorded, computed) digests of one stored row, as hex text.
+
+    The audit's inner loop: `identity` is the originator id's 16 bytes. No
+    hex validation is needed: a recorded digest that is not hex can never
+    equal a computed one, nor a previous digest the one before it.
+    """
     if isinstance(state, str):  # a hand-edited SQLite row may come back as TEXT
         state = state.encode("utf-8")
-    if len(state) < _SUFFIX_LENGTH:
-        raise ChainFormatError("stored state is too short to carry a chain seal")
-    suffix = state[-_SUFFIX_LENGTH:]
-    previous_start = len(_PREVIOUS_KEY)
-    digest_start = previous_start + 64 + len(_DIGEST_KEY)
-    previous = suffix[previous_start : previous_start + 64]
-    recorded = suffix[digest_start : digest_start + 64]
-    # The first key of an otherwise empty object has no leading comma.
-    well_formed_start = suffix.startswith(_PREVIOUS_KEY) or (
-        suffix.startswith(b"{" + _PREVIOUS_KEY[1:])
-    )
-    if not (
-        well_formed_start
-        and suffix[previous_start + 64 : digest_start] == _DIGEST_KEY
-        and suffix.endswith(_END)
-        and _HEX.fullmatch(previous)
-        and _HEX.fullmatch(recorded)
+    length = len(state)
+    base = length - _SUFFIX_LENGTH
+    if (
+        base < 0
+        or state[length - 2 :] != _END
+        or state[base + _DIGEST_KEY_AT : base + _DIGEST_AT] != _DIGEST_KEY
+        or (
+            state[base : base + _PREVIOUS_AT] != _PREVIOUS_KEY
+            and state[base : base + _PREVIOUS_AT] != _EMPTY_OBJECT_PREVIOUS_KEY
+        )
     ):
         raise ChainFormatError("stored state does not end in a chain seal")
-    computed = hashlib.sha256(
-        _header(originator_id, version, topic) + state[: -(64 + len(_END))]
-    ).hexdigest()
-    return ChainLink(previous.decode(), recorded.decode(), computed)
+    digest = hashlib.sha256(
+        b"".join(
+            (
+                _HEADER_TAG,
+                identity,
+                version.to_bytes(8, "big", signed=True),
+                topic.encode("utf-8"),
+                b"\n",
+            )
+        )
+    )
+    digest.update(memoryview(state)[: length - 64 - len(_END)])
+    return (
+        state[base + _PREVIOUS_AT : base + _DIGEST_KEY_AT].decode("latin-1"),
+        state[base + _DIGEST_AT : length - 2].decode("latin-1"),
+        digest.hexdigest(),
+    )
 
 
 class ChainSealingMapper(Mapper[UUID]):

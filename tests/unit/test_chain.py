@@ -10,7 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from domain.audit import BROKEN_LINK, CHANGED, MISSING, UNSEALED, _Row, check_chain
-from domain.chain import GENESIS, ChainFormatError, read_link_parts, seal_state
+from domain.chain import (
+    GENESIS,
+    ChainFormatError,
+    raw_link,
+    read_link_parts,
+    seal_state,
+)
 
 TOPIC = "domain.conversation:Conversation.TurnConfirmed"
 CONVERSATION = uuid.UUID("12345678-1234-5678-1234-567812345678")
@@ -118,10 +124,7 @@ def _states(length: int) -> dict[int, bytes]:
 
 
 def _row(version: int, state: bytes) -> _Row:
-    link = read_link_parts(
-        originator_id=CONVERSATION, version=version, topic=TOPIC, state=state
-    )
-    return _Row(version, link, None)
+    return _Row(version, *raw_link(CONVERSATION.bytes, version, TOPIC, state))
 
 
 def _chain(length: int) -> list[_Row]:
@@ -164,6 +167,6 @@ def test_renumbered_events_are_located(length: int, data: st.DataObject) -> None
 
 def test_an_unsealed_row_is_reported_where_it_is() -> None:
     rows = _chain(3)
-    rows[1] = _Row(2, None, "no seal")
+    rows[1] = _Row(2, "", "", "", "no seal")
     findings = check_chain(CONVERSATION, rows)
     assert [(f.kind, f.version) for f in findings] == [(UNSEALED, 2)]
