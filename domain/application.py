@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
@@ -397,11 +397,13 @@ class Conversations(Application[UUID]):
         policy: dict[str, Any],
         question: str,
         system: str,
+        texts: Mapping[str, tuple[str, str]] | None = None,
     ) -> Window:
         """The window `policy` gives for `question` over this state of the ledger.
 
         `conversation` may be a past version (`repository.get(id, version=v)`):
-        this is how an audit re-derives a receipt's body.
+        this is how an audit re-derives a receipt's body. `texts` (turn id ->
+        question, answer) saves reading the kept turns' texts again.
         """
         if policy.get("format") != OPENAI_CHAT or set(policy) != {
             "format",
@@ -415,6 +417,7 @@ class Conversations(Application[UUID]):
             system=system,
             model=policy["model"],
             max_bytes=policy["max_bytes"],
+            texts=texts,
         )
 
     # Internals ----------------------------------------------------------------
@@ -427,6 +430,7 @@ class Conversations(Application[UUID]):
         system: str,
         model: str,
         max_bytes: int,
+        texts: Mapping[str, tuple[str, str]] | None = None,
     ) -> Window:
         newest_first = list(
             _take_fitting(
@@ -438,7 +442,8 @@ class Conversations(Application[UUID]):
             )
         )
         kept_entries = newest_first[::-1]
-        texts = self._read_texts(conversation, kept_entries)
+        if texts is None or any(e.turn_id not in texts for e in kept_entries):
+            texts = self._read_texts(conversation, kept_entries)
         kept_ids = {entry.turn_id for entry in kept_entries}
         return assemble_window(
             model=model,

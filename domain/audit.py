@@ -13,12 +13,11 @@ not re-derivable, which is expected, not a failure.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 from uuid import UUID
 
-from eventsourcing.application import AggregateNotFoundError, Repository
 from eventsourcing.persistence import StoredEvent
 from eventsourcing.utils import get_topic
 
@@ -49,6 +48,8 @@ RECEIPT_INVALID = "receipt-invalid"  # a stored receipt is malformed
 RECEIPT_MISMATCH = "receipt-mismatch"  # re-derived body differs from the receipt
 TEXT_MISSING = "text-missing"  # text of a turn that was never deleted cannot be read
 UNREADABLE = "unreadable"  # sealed text fails to open: its ciphertext was altered
+TRUNCATED = "truncated"  # the log ends before a head an anchor recorded
+ANCHOR_MISMATCH = "anchor-mismatch"  # the event an anchor recorded has another digest
 NOT_REDERIVABLE = "not-rederivable"  # receipt's turns deleted since: expected
 
 
@@ -93,7 +94,9 @@ class ConversationAudit:
     @property
     def chain_intact(self) -> bool:
         return not any(
-            f.kind in (CHANGED, UNSEALED, BROKEN_LINK, MISSING) for f in self.findings
+            f.kind
+            in (CHANGED, UNSEALED, BROKEN_LINK, MISSING, TRUNCATED, ANCHOR_MISMATCH)
+            for f in self.findings
         )
 
     @property
@@ -130,6 +133,14 @@ class AuditReport:
     @property
     def findings(self) -> list[Finding]:
         return [f for audit in self.conversations for f in audit.findings]
+
+    def anchors(self) -> dict[UUID, Anchor]:
+        """Every conversation's head, to check a later audit against."""
+        return {
+            audit.conversation_id: (audit.head_version, audit.head_digest)
+            for audit in self.conversations
+            if audit.events
+        }
 
     @property
     def failures(self) -> list[Finding]:
@@ -244,6 +255,58 @@ def check_chain(conversation_id: UUID, rows: Iterable[_Row]) -> list[Finding]:
     return findings
 
 
+Anchor = tuple[int, str]
+"""A (version, digest) pair recorded outside the log for one conversation."""
+
+
+def check_anchor(
+    conversation_id: UUID, rows: Iterable[_Row], anchor: Anchor
+) -> list[Finding]:
+    version, digest = anchor
+    recorded = {row.version: row.recorded for row in rows}
+    if version not in recorded:
+        if version > max(recorded, default=0):
+            return [
+                Finding(
+                    TRUNCATED,
+                    conversation_id,
+                    version,
+                    f"an anchor records version {version}, but the log ends at "
+                    f"version {max(recorded, default=0)}: newest events were removed",
+                )
+            ]
+        return []  # a missing middle version is already reported by the chain
+    if recorded[version] != digest:
+        return [
+            Finding(
+                ANCHOR_MISMATCH,
+                conversation_id,
+                version,
+                "the event differs from the one an anchor recorded",
+            )
+        ]
+    return []
+
+
+def _anchor_finding(conversation_id: UUID, anchors: Mapping[UUID, Anchor]) -> Finding:
+    version, _ = anchors[conversation_id]
+    return Finding(
+        TRUNCATED,
+        conversation_id,
+        version,
+        f"an anchor records this conversation at version {version}, but the log "
+        "holds none of its events",
+    )
+
+
+def _receipt_finding(
+    conversation_id: UUID, item: _ReceiptToCheck, kind: str, detail: str
+) -> Finding:
+    return Finding(
+        kind, conversation_id, item.version, f"receipt of turn {item.turn_id}: {detail}"
+    )
+
+
 class Auditor:
     """Runs audits over one ledger; `progress` is told how many events were read."""
 
@@ -257,8 +320,6 @@ class Auditor:
         self.ledger = ledger
         self.page_size = page_size
         self.progress = progress or (lambda count: None)
-        # Replays use events only: snapshots are not covered by the chain.
-        self.replayer: Repository[UUID] = Repository(event_store=ledger.events)
 
     def total_events(self, conversation_id: UUID | None = None) -> int:
         """An upper bound on the rows an audit reads, for a progress bar."""
@@ -267,17 +328,43 @@ class Auditor:
         return self.ledger.recorder.max_notification_id() or 0
 
     def audit(
-        self, conversation_id: UUID | None = None, *, receipts: bool = True
+        self,
+        conversation_id: UUID | None = None,
+        *,
+        receipts: bool = True,
+        anchors: Mapping[UUID, Anchor] | None = None,
     ) -> AuditReport:
+        """Audit the whole store, or one conversation.
+
+        `anchors` are heads recorded elsewhere (the conversation index, an
+        earlier report): the chain cannot show that a conversation's newest
+        events were removed, an anchor beyond the end of the log can.
+        """
         collected: dict[UUID, _Collected] = {}
         for stored in self._rows(conversation_id):
             self._collect(collected, stored)
         if conversation_id is not None and not collected:
             raise ConversationNotFoundError(conversation_id)
+        anchors = dict(anchors or {})
+        if conversation_id is not None:
+            anchors = {k: v for k, v in anchors.items() if k == conversation_id}
+        for vanished in anchors.keys() - collected.keys():
+            collected[vanished] = _Collected(
+                ConversationAudit(vanished), vanished.bytes
+            )
         audits: list[ConversationAudit] = []
         for item in collected.values():
             audit = item.audit
+            if not item.rows:
+                audit.findings.append(_anchor_finding(audit.conversation_id, anchors))
+                audits.append(audit)
+                continue
             audit.findings.extend(check_chain(audit.conversation_id, item.rows))
+            anchor = anchors.get(audit.conversation_id)
+            if anchor is not None:
+                audit.findings.extend(
+                    check_anchor(audit.conversation_id, item.rows, anchor)
+                )
             audit.events = len(item.rows)
             last = max(item.rows, key=lambda r: r.version)
             audit.head_version = last.version
@@ -373,15 +460,23 @@ class Auditor:
     def _check_receipts(
         self, audit: ConversationAudit, receipts: list[_ReceiptToCheck]
     ) -> None:
+        """Re-derive every receipt of one conversation in a single replay.
+
+        The conversation's events are read once and its texts opened in one
+        call to the vault; the replay stops at each receipt's ledger version
+        to apply the policy again, so no past state is rebuilt twice.
+        """
         if not receipts:
             return
+        conversation_id = audit.conversation_id
         try:
-            current = self._replay(audit.conversation_id, None)
+            events: list[Any] = list(self.ledger.events.get(conversation_id))
+            current = self._project(events)
         except Exception as error:  # noqa: BLE001 - reported, never raised
             audit.findings.append(
                 Finding(
                     UNREPLAYABLE,
-                    audit.conversation_id,
+                    conversation_id,
                     None,
                     f"{type(error).__name__}: the conversation cannot be rebuilt from "
                     "its events, so its receipts cannot be re-derived",
@@ -389,34 +484,75 @@ class Auditor:
             )
             audit.receipts_failed += len(receipts)
             return
-        for receipt in receipts:
-            finding = self._check_receipt(audit.conversation_id, current, receipt)
-            if finding is None:
-                audit.receipts_verified += 1
-            elif finding.failure:
-                audit.receipts_failed += 1
+        to_derive: list[tuple[WindowReceipt, _ReceiptToCheck]] = []
+        for item in receipts:
+            checked = self._precheck(conversation_id, current, item)
+            if isinstance(checked, Finding):
+                self._tally(audit, checked)
             else:
-                audit.receipts_not_rederivable += 1
-            if finding is not None:
-                audit.findings.append(finding)
-
-    def _check_receipt(
-        self, conversation_id: UUID, current: Conversation, item: _ReceiptToCheck
-    ) -> Finding | None:
-        def finding(kind: str, detail: str) -> Finding:
-            return Finding(
-                kind,
-                conversation_id,
-                item.version,
-                f"receipt of turn {item.turn_id}: " + detail,
+                to_derive.append((checked, item))
+        if not to_derive:
+            return
+        texts = self._open_texts(conversation_id, events, [i for _, i in to_derive])
+        to_derive.sort(key=lambda pair: pair[0].ledger_version)
+        past: Any = None
+        waiting = iter(to_derive)
+        next_up = next(waiting, None)
+        for event in events:
+            past = event.mutate(past)
+            while next_up is not None and next_up[0].ledger_version == past.version:
+                receipt, item = next_up
+                self._tally(
+                    audit, self._derive(conversation_id, past, receipt, item, texts)
+                )
+                next_up = next(waiting, None)
+        while next_up is not None:  # a ledger version the log does not reach
+            receipt, item = next_up
+            self._tally(
+                audit,
+                _receipt_finding(
+                    conversation_id,
+                    item,
+                    RECEIPT_INVALID,
+                    f"names ledger version {receipt.ledger_version}, beyond the log",
+                ),
             )
+            next_up = next(waiting, None)
 
+    @staticmethod
+    def _tally(audit: ConversationAudit, finding: Finding | None) -> None:
+        if finding is None:
+            audit.receipts_verified += 1
+            return
+        if finding.failure:
+            audit.receipts_failed += 1
+        else:
+            audit.receipts_not_rederivable += 1
+        audit.findings.append(finding)
+
+    @staticmethod
+    def _project(events: list[Any]) -> Conversation:
+        aggregate: Any = None
+        for event in events:
+            aggregate = event.mutate(aggregate)
+        if not isinstance(aggregate, Conversation):
+            raise TypeError("the events do not rebuild a conversation")
+        return aggregate
+
+    def _precheck(
+        self, conversation_id: UUID, current: Conversation, item: _ReceiptToCheck
+    ) -> WindowReceipt | Finding:
+        """The receipt, or why it cannot or need not be re-derived."""
         try:
             receipt = WindowReceipt.from_document(item.document)
         except InvalidInputError as error:
-            return finding(RECEIPT_INVALID, error.reason)
+            return _receipt_finding(
+                conversation_id, item, RECEIPT_INVALID, error.reason
+            )
         if receipt.ledger_version >= item.version or item.sealed_system is None:
-            return finding(
+            return _receipt_finding(
+                conversation_id,
+                item,
                 RECEIPT_INVALID,
                 f"names ledger version {receipt.ledger_version}, which is not before "
                 "its own turn, or has no sealed system instructions",
@@ -428,23 +564,81 @@ class Auditor:
             if turn_id in current.turns and current.turns[turn_id].deleted
         ]
         if deleted:
-            return finding(
+            return _receipt_finding(
+                conversation_id,
+                item,
                 NOT_REDERIVABLE,
                 f"not re-derivable: turns deleted ({', '.join(deleted)})",
             )
+        return receipt
+
+    def _open_texts(
+        self,
+        conversation_id: UUID,
+        events: list[Any],
+        receipts: list[_ReceiptToCheck],
+    ) -> dict[tuple[str, str], str | None]:
+        """Every readable text the receipts may need, opened in one vault call.
+
+        A text whose key is gone maps to None; one whose ciphertext fails to
+        open (altered) is left out, so using it reports the failure there.
+        """
+        items: list[tuple[str, str, bytes]] = []
+        for event in events:
+            sealed_question = getattr(event, "sealed_question", None)
+            sealed_answer = getattr(event, "sealed_answer", None)
+            if isinstance(sealed_question, bytes) and isinstance(sealed_answer, bytes):
+                items.append((event.turn_id, "question", sealed_question))
+                items.append((event.turn_id, "answer", sealed_answer))
+        for item in receipts:
+            assert item.sealed_system is not None
+            items.append((item.turn_id, "system", item.sealed_system))
+        vault = self.ledger.vault
         try:
-            question, system = self.ledger.vault.open_many(
-                conversation_id,
-                [
-                    (item.turn_id, "question", item.sealed_question),
-                    (item.turn_id, "system", item.sealed_system),
-                ],
-            )
-            if question is None or system is None:
-                return finding(TEXT_MISSING, "its key is gone but it was never deleted")
-            past = self._replay(conversation_id, receipt.ledger_version)
+            opened = vault.open_many(conversation_id, items)
+            return {(t, f): text for (t, f, _), text in zip(items, opened, strict=True)}
+        except Exception:  # noqa: BLE001 - find the unreadable ones one by one
+            texts: dict[tuple[str, str], str | None] = {}
+            for turn_id, field_name, sealed in items:
+                try:
+                    texts[(turn_id, field_name)] = vault.open_many(
+                        conversation_id, [(turn_id, field_name, sealed)]
+                    )[0]
+                except Exception:  # noqa: BLE001, S112 - reported where it is used
+                    continue
+            return texts
+
+    def _derive(
+        self,
+        conversation_id: UUID,
+        past: Conversation,
+        receipt: WindowReceipt,
+        item: _ReceiptToCheck,
+        texts: dict[tuple[str, str], str | None],
+    ) -> Finding | None:
+        def finding(kind: str, detail: str) -> Finding:
+            return _receipt_finding(conversation_id, item, kind, detail)
+
+        question_key, system_key = (item.turn_id, "question"), (item.turn_id, "system")
+        if question_key not in texts or system_key not in texts:
+            return finding(UNREADABLE, "its sealed text cannot be opened")
+        question, system = texts[question_key], texts[system_key]
+        if question is None or system is None:
+            return finding(TEXT_MISSING, "its key is gone but it was never deleted")
+        turn_texts = {
+            turn_id: (text, answer)
+            for (turn_id, field_name), text in texts.items()
+            if field_name == "question"
+            and text is not None
+            and (answer := texts.get((turn_id, "answer"))) is not None
+        }
+        try:
             window = self.ledger.reapply_policy(
-                past, policy=receipt.policy, question=question, system=system
+                past,
+                policy=receipt.policy,
+                question=question,
+                system=system,
+                texts=turn_texts,
             )
         except InvalidInputError as error:
             return finding(RECEIPT_INVALID, error.reason)
@@ -457,8 +651,7 @@ class Auditor:
             return finding(RECEIPT_MISMATCH, f"the policy no longer applies: {error}")
         except Exception as error:  # noqa: BLE001 - e.g. a ciphertext failing its tag
             return finding(
-                UNREADABLE,
-                f"{type(error).__name__}: sealed text cannot be opened",
+                UNREADABLE, f"{type(error).__name__}: sealed text cannot be opened"
             )
         if not receipt.matches(window.body, window.kept_turn_ids):
             return finding(
@@ -468,13 +661,3 @@ class Auditor:
                 f"bytes with turns {list(receipt.turn_ids)} and another SHA-256",
             )
         return None
-
-    def _replay(self, conversation_id: UUID, version: int | None) -> Conversation:
-        try:
-            conversation: Conversation = self.replayer.get(
-                conversation_id, version=version
-            )
-        except AggregateNotFoundError:
-            raise ConversationNotFoundError(conversation_id) from None
-        assert isinstance(conversation, Conversation)
-        return conversation

@@ -22,7 +22,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from domain.audit import Auditor, AuditReport
+from domain.audit import Anchor, Auditor, AuditReport
 from domain.errors import InvalidInputError
 from domain.replay import history_at
 from infra.persistence import open_conversations
@@ -41,6 +41,17 @@ def register(subparsers: Any) -> None:
     audit.add_argument("--json", type=Path, metavar="PATH", help="write a JSON report")
     audit.add_argument(
         "--no-receipts", action="store_true", help="check chains and versions only"
+    )
+    audit.add_argument(
+        "--against",
+        type=Path,
+        metavar="REPORT",
+        help="an earlier JSON report: its heads must still be in the log",
+    )
+    audit.add_argument(
+        "--no-index",
+        action="store_true",
+        help="do not check heads against the conversation index read model",
     )
     audit.set_defaults(handler=run_audit)
 
@@ -98,6 +109,11 @@ def _progress(console: Console, label: str, total: int) -> Iterator[Any]:
 def run_audit(arguments: argparse.Namespace) -> int:
     settings = Settings()
     console = Console()
+    anchors: dict[UUID, Anchor] = {}
+    if not arguments.no_index:
+        anchors.update(_index_anchors(settings))
+    if arguments.against is not None:
+        anchors.update(anchors_from_report(arguments.against))
     ledger = open_conversations(settings)
     try:
         auditor = Auditor(ledger)
@@ -105,7 +121,9 @@ def run_audit(arguments: argparse.Namespace) -> int:
         with _progress(console, "auditing events", total) as advance:
             auditor.progress = advance
             report = auditor.audit(
-                arguments.conversation, receipts=not arguments.no_receipts
+                arguments.conversation,
+                receipts=not arguments.no_receipts,
+                anchors=anchors,
             )
     finally:
         ledger.close()
@@ -114,6 +132,38 @@ def run_audit(arguments: argparse.Namespace) -> int:
         arguments.json.write_text(json.dumps(report.to_json(), indent=2) + "\n")
         console.print(f"report written to {arguments.json}")
     return 0 if report.ok else 1
+
+
+def anchors_from_report(path: Path) -> dict[UUID, Anchor]:
+    """The heads an earlier `turnledger audit --json` report recorded."""
+    try:
+        document = json.loads(path.read_text())
+        return {
+            UUID(item["conversation_id"]): (
+                int(item["head_version"]),
+                str(item["head_digest"]),
+            )
+            for item in document["conversation_details"]
+            if item["events"]
+        }
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise InvalidInputError(
+            "--against", f"{path} is not a turnledger audit report ({error})"
+        ) from None
+
+
+def _index_anchors(settings: Settings) -> dict[UUID, Anchor]:
+    """Heads the conversation index has seen (empty when it was never built)."""
+    store = READ_MODELS["conversation_index"](settings)
+    try:
+        rows = store.rows()  # type: ignore[attr-defined]
+    finally:
+        store.close()
+    return {
+        row.conversation_id: (row.version, row.head_digest)
+        for row in rows
+        if row.head_digest
+    }
 
 
 def _print_summary(console: Console, report: AuditReport) -> None:

@@ -15,17 +15,20 @@ import pytest
 
 from domain.application import Conversations, ProjectedWindow
 from domain.audit import (
+    ANCHOR_MISMATCH,
     BROKEN_LINK,
     CHANGED,
     MISSING,
     NOT_REDERIVABLE,
     RECEIPT_MISMATCH,
+    TEXT_MISSING,
+    TRUNCATED,
     UNDECODABLE,
     UNSEALED,
     Auditor,
     AuditReport,
 )
-from domain.chain import GENESIS, read_link
+from domain.chain import GENESIS, read_link, seal_state
 from domain.receipt import WindowReceipt
 from infra.settings import Settings
 from tests.integration.tamper import RawEvents
@@ -356,3 +359,75 @@ def test_auditing_an_unknown_conversation_is_a_typed_error(
 
     with pytest.raises(ConversationNotFoundError):
         Auditor(ledger).audit(uuid4())
+
+
+@SQL_STORES
+def test_removing_the_newest_events_is_caught_only_by_an_anchor(
+    ledger: Conversations, raw: RawEvents
+) -> None:
+    conversation_id, _ = run_turns(ledger, turns=3)
+    earlier = Auditor(ledger).audit()
+    raw.delete(conversation_id, 4)
+    # Nothing in the log commits to the newest event: the chain alone still holds.
+    assert Auditor(ledger).audit().ok
+    report = Auditor(ledger).audit(anchors=earlier.anchors())
+    assert failures_at(report) == {(TRUNCATED, conversation_id, 4)}
+
+
+@SQL_STORES
+def test_a_resealed_forgery_breaks_the_chain_or_an_anchor(
+    ledger: Conversations, raw: RawEvents
+) -> None:
+    """An attacker who knows the scheme rewrites an event and recomputes its seal."""
+    conversation_id, _ = run_turns(ledger, turns=3)
+    earlier = Auditor(ledger).audit()
+    topic = ledger.recorder.select_events(conversation_id)[1].topic
+
+    def forge(version: int) -> None:
+        state = raw.state(conversation_id, version)
+        document = json.loads(state)
+        previous = document.pop("previous_digest")
+        document.pop("digest")
+        document["question_chars"] += 1
+        body = json.dumps(document, separators=(",", ":"), ensure_ascii=False)
+        forged, _ = seal_state(
+            originator_id=conversation_id,
+            version=version,
+            topic=topic,
+            state=body.encode(),
+            previous_digest=previous,
+        )
+        raw.set_state(conversation_id, version, forged)
+
+    forge(2)  # a middle event: the next event's link no longer matches
+    assert failures_at(Auditor(ledger).audit()) == {(BROKEN_LINK, conversation_id, 3)}
+    raw_state = raw.state(conversation_id, 2)
+    forge(4)  # the head: only an anchor recorded before the forgery shows it
+    report = Auditor(ledger).audit(anchors=earlier.anchors())
+    assert (ANCHOR_MISMATCH, conversation_id, 4) in failures_at(report)
+    assert raw_state == raw.state(conversation_id, 2)
+
+
+@SQL_STORES
+def test_a_conversation_that_vanished_entirely_is_caught_by_an_anchor(
+    ledger: Conversations, raw: RawEvents
+) -> None:
+    conversation_id, _ = run_turns(ledger, turns=1)
+    kept, _ = run_turns(ledger, "bob", turns=1)
+    earlier = Auditor(ledger).audit()
+    raw.delete(conversation_id, 2)
+    raw.delete(conversation_id, 1)
+    report = Auditor(ledger).audit(anchors=earlier.anchors())
+    assert failures_at(report) == {(TRUNCATED, conversation_id, 2)}
+    assert report.conversation(kept).ok
+
+
+@SQL_STORES
+def test_removing_a_deletion_event_is_caught_by_the_missing_keys(
+    ledger: Conversations, raw: RawEvents
+) -> None:
+    conversation_id, _ = run_turns(ledger, turns=3)
+    ledger.delete_history(OWNER, conversation_id, turn_ids=["t3"])
+    raw.delete(conversation_id, 5)  # the newest event, so the chain cannot tell
+    report = Auditor(ledger).audit()
+    assert failures_at(report) == {(TEXT_MISSING, conversation_id, 4)}

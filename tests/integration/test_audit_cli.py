@@ -111,3 +111,30 @@ def test_rebuild_drops_and_rebuilds_then_resumes_an_interrupted_one(
     assert main(["rebuild", "conversation_index"]) == 0
     assert "resuming" in capsys.readouterr().out
     assert main(["rebuild", "nonsense"]) == 1
+
+
+@SQL_STORES
+def test_audit_checks_heads_against_the_index_and_an_earlier_report(
+    configured: Settings, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ledger = open_conversations(configured)
+    try:
+        conversation_id, _ = run_turns(ledger, turns=3)
+    finally:
+        ledger.close()
+    earlier = tmp_path / "earlier.json"
+    assert main(["audit", "--json", str(earlier)]) == 0
+    assert main(["rebuild"]) == 0
+    raw = RawEvents(configured)
+    try:
+        raw.delete(conversation_id, 4)  # the newest event
+    finally:
+        raw.close()
+    capsys.readouterr()
+    assert main(["audit", "--no-index"]) == 0  # the chain alone cannot see it
+    assert main(["audit"]) == 1  # the index recorded version 4
+    assert "truncated" in capsys.readouterr().out
+    assert main(["audit", "--no-index", "--against", str(earlier)]) == 1
+    (tmp_path / "bad.json").write_text("{}")
+    assert main(["audit", "--against", str(tmp_path / "bad.json")]) == 1
+    assert "not a turnledger audit report" in capsys.readouterr().err
