@@ -7,7 +7,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from uuid import UUID
 
@@ -431,3 +431,60 @@ def test_removing_a_deletion_event_is_caught_by_the_missing_keys(
     raw.delete(conversation_id, 5)  # the newest event, so the chain cannot tell
     report = Auditor(ledger).audit()
     assert failures_at(report) == {(TEXT_MISSING, conversation_id, 4)}
+
+
+def test_the_chain_holds_across_snapshots_and_reopening(tmp_path: Path) -> None:
+    from infra.persistence import open_conversations
+
+    settings = Settings(
+        _env_file=None, persistence="sqlite", data_dir=tmp_path, snapshot_interval=3
+    )
+    ledger = open_conversations(settings)
+    try:
+        conversation_id, _ = run_turns(ledger, turns=4)
+    finally:
+        ledger.close()
+    ledger = open_conversations(settings)  # later writes load from a snapshot
+    try:
+        assert ledger.snapshots is not None
+        assert list(ledger.snapshots.get(conversation_id))
+        for index in (5, 6, 7):
+            ledger.confirm_turn(
+                OWNER, conversation_id, turn_id=f"t{index}", question="q", answer="a"
+            )
+        report = Auditor(ledger).audit()
+        assert report.ok, report.failures
+        assert report.conversation(conversation_id).head_version == 8
+    finally:
+        ledger.close()
+
+
+@pytest.mark.parametrize(
+    "settings",
+    ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)],
+    indirect=True,
+)
+def test_racing_writers_keep_one_unbroken_chain(
+    open_ledger: Callable[[], Conversations],
+) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    first, second = open_ledger(), open_ledger()
+    conversation_id = first.start_conversation(OWNER)
+
+    def write(ledger: Conversations, prefix: str) -> None:
+        for index in range(8):
+            ledger.confirm_turn(
+                OWNER,
+                conversation_id,
+                turn_id=f"{prefix}{index}",
+                question="q",
+                answer="a",
+            )
+
+    with ThreadPoolExecutor(2) as pool:
+        for future in [pool.submit(write, first, "a"), pool.submit(write, second, "b")]:
+            future.result()
+    report = Auditor(first).audit()
+    assert report.ok, report.failures
+    assert report.conversation(conversation_id).events == 17
