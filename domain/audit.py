@@ -426,17 +426,21 @@ class Auditor:
             return
         try:
             event: Any = self.ledger.mapper.to_domain_event(stored)
+            # Each fact is read whole before it is kept, so an event missing a
+            # field leaves nothing half-recorded.
             if topic == STARTED_TOPIC:
-                owner_id = event.owner_id
+                item.audit.owner_id = str(event.owner_id)
             elif topic == DELETED_TOPIC:
-                deleted = [str(turn_id) for turn_id in event.turn_ids]
+                item.audit.deleted_turn_ids.extend([str(t) for t in event.turn_ids])
             else:
-                receipt = _ReceiptToCheck(
-                    turn_id=event.turn_id,
-                    version=stored.originator_version,
-                    document=event.window_receipt,
-                    sealed_question=event.sealed_question,
-                    sealed_system=event.sealed_system,
+                item.receipts.append(
+                    _ReceiptToCheck(
+                        turn_id=event.turn_id,
+                        version=stored.originator_version,
+                        document=event.window_receipt,
+                        sealed_question=event.sealed_question,
+                        sealed_system=event.sealed_system,
+                    )
                 )
         except Exception as error:  # noqa: BLE001 - any decoding failure is a finding
             item.audit.findings.append(
@@ -447,13 +451,6 @@ class Auditor:
                     f"{type(error).__name__}: cannot read the stored state",
                 )
             )
-            return
-        if topic == STARTED_TOPIC:
-            item.audit.owner_id = owner_id
-        elif topic == DELETED_TOPIC:
-            item.audit.deleted_turn_ids.extend(deleted)
-        else:
-            item.receipts.append(receipt)
 
     # Receipt pass -------------------------------------------------------------
 

@@ -52,7 +52,18 @@ def logged_events(
 
 
 class ConversationIndexQueries:
-    """Reads shared by every store."""
+    """What every store shares: applying a page of the log, and reads."""
+
+    def apply(
+        self, notifications: Sequence[Notification], ledger: Conversations
+    ) -> None:
+        self.apply_changes(
+            fold_page(logged_events(notifications, ledger)), notifications[-1].id
+        )
+
+    def apply_changes(self, changes: Sequence[IndexChange], position: int) -> None:
+        """Write the folded changes and track `position`, in one transaction."""
+        raise NotImplementedError
 
     def conversations_of(self, owner_id: str) -> list[UUID]:
         return [row.conversation_id for row in self.rows() if row.owner_id == owner_id]
@@ -83,10 +94,7 @@ class MemoryConversationIndex(ConversationIndexQueries):
             self._rows.clear()
             self._tracking = Tracking(0, True)
 
-    def apply(
-        self, notifications: Sequence[Notification], ledger: Conversations
-    ) -> None:
-        changes = fold_page(logged_events(notifications, ledger))
+    def apply_changes(self, changes: Sequence[IndexChange], position: int) -> None:
         with self._lock:
             for change in changes:
                 before = self._rows.get(change.conversation_id)
@@ -99,7 +107,7 @@ class MemoryConversationIndex(ConversationIndexQueries):
                         change.head_digest,
                         before.owner_id,
                     )
-            self._tracking = Tracking(notifications[-1].id, self._tracking.rebuilding)
+            self._tracking = Tracking(position, self._tracking.rebuilding)
 
     def finish_rebuild(self) -> None:
         self._tracking = Tracking(self._tracking.position, False)
@@ -163,11 +171,9 @@ class SQLiteConversationIndex(ConversationIndexQueries):
             ]
         )
 
-    def apply(
-        self, notifications: Sequence[Notification], ledger: Conversations
-    ) -> None:
+    def apply_changes(self, changes: Sequence[IndexChange], position: int) -> None:
         statements: list[tuple[str, tuple[Any, ...]]] = []
-        for change in fold_page(logged_events(notifications, ledger)):
+        for change in changes:
             key = change.conversation_id.hex
             if change.owner_id is not None:
                 statements.append(
@@ -188,7 +194,7 @@ class SQLiteConversationIndex(ConversationIndexQueries):
         statements.append(
             (
                 "INSERT OR REPLACE INTO readmodel_tracking VALUES (?, ?, ?)",
-                (NAME, notifications[-1].id, rebuilding),
+                (NAME, position, rebuilding),
             )
         )
         self._transaction(statements)
@@ -282,10 +288,7 @@ class PostgresConversationIndex(ConversationIndexQueries):
             )
             self._set_tracking(0, True)
 
-    def apply(
-        self, notifications: Sequence[Notification], ledger: Conversations
-    ) -> None:
-        changes = fold_page(logged_events(notifications, ledger))
+    def apply_changes(self, changes: Sequence[IndexChange], position: int) -> None:
         rebuilding = self.tracking().rebuilding
         whole = [c for c in changes if c.owner_id is not None]
         moves = [c for c in changes if c.owner_id is None]
@@ -318,7 +321,7 @@ class PostgresConversationIndex(ConversationIndexQueries):
                         for c in moves
                     ],
                 )
-            self._set_tracking(notifications[-1].id, rebuilding)
+            self._set_tracking(position, rebuilding)
 
     def finish_rebuild(self) -> None:
         with self._lock:
