@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from uuid import UUID
 
@@ -84,9 +85,13 @@ def test_history_prints_a_past_version_with_later_deletions_kept(
     out = capsys.readouterr().out
     assert "at version 4" in out and "Question 1" in out and "Question 3" not in out
     assert "t3" in out and "deleted" in out
-    assert (
-        main(["history", str(conversation_id), "--owner", "alice", "--at", "99"]) == 1
-    )
+    history = ["history", str(conversation_id), "--owner", "alice", "--at"]
+    tomorrow = (datetime.now(UTC) + timedelta(days=1)).isoformat()
+    assert main([*history, tomorrow]) == 0
+    assert "at version 5" in capsys.readouterr().out
+    assert main([*history, datetime.now().isoformat()]) == 1
+    assert "needs a zone" in capsys.readouterr().err
+    assert main([*history, "99"]) == 1
     assert "invalid version" in capsys.readouterr().err
     assert (
         main(["history", str(conversation_id), "--owner", "alice", "--at", "soon"]) == 1
