@@ -15,7 +15,7 @@ from eventsourcing.application import (
 )
 from eventsourcing.persistence import IntegrityError, JSONTranscoder, Mapper, Recording
 
-from domain.chain import GENESIS, ChainSealingMapper, read_link
+from domain.chain import GENESIS, ChainSealingMapper, RecentDigests, read_link
 from domain.conversation import Conversation, TurnEntry, TurnSizes, TurnStatus
 from domain.errors import (
     ConversationNotFoundError,
@@ -147,6 +147,7 @@ class Conversations(Application[UUID]):
     ) -> None:
         self.vault = vault
         self.max_turn_bytes = max_turn_bytes
+        self._recent_digests = RecentDigests()
         # The library reads the intervals through the instance, so a per-ledger
         # setting shadows the class default without touching other ledgers.
         self.snapshotting_intervals = {Conversation: snapshot_interval}  # type: ignore[misc]
@@ -161,27 +162,35 @@ class Conversations(Application[UUID]):
     def _record(self, processing_event: ProcessingEvent[UUID]) -> list[Recording[UUID]]:
         """Link each new event to the digest of the stored event before it.
 
-        The predecessor's digest is read from its stored row, not from the
-        aggregate, so the chain is right however the aggregate was loaded
+        The predecessor's digest is the one it was stored with: remembered if
+        this process wrote it, else read from its stored row, never taken from
+        the aggregate, so the chain is right however the aggregate was loaded
         (cache, snapshot, replay). Events saved together are linked in order.
         """
+        sealed: list[tuple[UUID, int, str]] = []
         heads: dict[UUID, str] = {}
         for new_event in processing_event.events:
             originator_id = new_event.originator_id
+            version = new_event.originator_version
             previous = heads.get(originator_id)
             if previous is None:
-                previous = self._stored_digest(
-                    originator_id, new_event.originator_version - 1
-                )
+                previous = self._stored_digest(originator_id, version - 1)
             # Events are frozen; the chain field is set once, before mapping.
             object.__setattr__(new_event, "previous_digest", previous)
             stored = self.mapper.to_stored_event(new_event)
             heads[originator_id] = read_link(stored).recorded_digest
-        return super()._record(processing_event)
+            sealed.append((originator_id, version, heads[originator_id]))
+        recordings = super()._record(processing_event)
+        for originator_id, version, digest in sealed:
+            self._recent_digests.put(originator_id, version, digest)
+        return recordings
 
     def _stored_digest(self, originator_id: UUID, version: int) -> str:
         if version < 1:
             return GENESIS
+        remembered = self._recent_digests.get(originator_id, version)
+        if remembered is not None:
+            return remembered
         rows = self.recorder.select_events(originator_id, gt=version - 1, lte=version)
         if not rows:
             # The predecessor is not stored: saving this event will fail the

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import hashlib
 import re
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
@@ -170,6 +172,34 @@ def raw_link(
         state[base + _DIGEST_AT : length - 2].decode("latin-1"),
         digest.hexdigest(),
     )
+
+
+class RecentDigests:
+    """Digests of events this process recorded, by (conversation, version).
+
+    A stored event never changes, so the digest it was written with is the
+    right link for its successor; remembering it saves reading the row back
+    on the next write to the same conversation. Bounded, thread-safe.
+    """
+
+    def __init__(self, capacity: int = 10_000) -> None:
+        self._capacity = capacity
+        self._digests: OrderedDict[tuple[UUID, int], str] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, originator_id: UUID, version: int) -> str | None:
+        with self._lock:
+            digest = self._digests.get((originator_id, version))
+            if digest is not None:
+                self._digests.move_to_end((originator_id, version))
+            return digest
+
+    def put(self, originator_id: UUID, version: int, digest: str) -> None:
+        with self._lock:
+            self._digests[(originator_id, version)] = digest
+            self._digests.move_to_end((originator_id, version))
+            while len(self._digests) > self._capacity:
+                self._digests.popitem(last=False)
 
 
 class ChainSealingMapper(Mapper[UUID]):

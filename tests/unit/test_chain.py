@@ -13,6 +13,7 @@ from domain.audit import BROKEN_LINK, CHANGED, MISSING, UNSEALED, _Row, check_ch
 from domain.chain import (
     GENESIS,
     ChainFormatError,
+    RecentDigests,
     raw_link,
     read_link_parts,
     seal_state,
@@ -170,3 +171,15 @@ def test_an_unsealed_row_is_reported_where_it_is() -> None:
     rows[1] = _Row(2, "", "", "", "no seal")
     findings = check_chain(CONVERSATION, rows)
     assert [(f.kind, f.version) for f in findings] == [(UNSEALED, 2)]
+
+
+def test_recent_digests_keep_only_the_newest_entries() -> None:
+    recent = RecentDigests(capacity=2)
+    for version in (1, 2, 3):
+        recent.put(CONVERSATION, version, f"{version}" * 64)
+    assert recent.get(CONVERSATION, 1) is None
+    assert recent.get(CONVERSATION, 3) == "3" * 64
+    recent.get(CONVERSATION, 2)
+    recent.put(CONVERSATION, 4, "4" * 64)
+    assert recent.get(CONVERSATION, 2) == "2" * 64
+    assert recent.get(CONVERSATION, 3) is None
