@@ -48,6 +48,7 @@ RECEIPT_INVALID = "receipt-invalid"  # a stored receipt is malformed
 RECEIPT_MISMATCH = "receipt-mismatch"  # re-derived body differs from the receipt
 TEXT_MISSING = "text-missing"  # text of a turn that was never deleted cannot be read
 UNREADABLE = "unreadable"  # sealed text fails to open: its ciphertext was altered
+SNAPSHOT_MISMATCH = "snapshot-mismatch"  # a snapshot is not what its events give
 TRUNCATED = "truncated"  # the log ends before a head an anchor recorded
 ANCHOR_MISMATCH = "anchor-mismatch"  # the event an anchor recorded has another digest
 NOT_REDERIVABLE = "not-rederivable"  # receipt's turns deleted since: expected
@@ -299,6 +300,10 @@ def _anchor_finding(conversation_id: UUID, anchors: Mapping[UUID, Anchor]) -> Fi
     )
 
 
+def _state(aggregate: Any) -> dict[str, Any]:
+    return {k: v for k, v in vars(aggregate).items() if k != "_pending_events"}
+
+
 def _receipt_finding(
     conversation_id: UUID, item: _ReceiptToCheck, kind: str, detail: str
 ) -> Finding:
@@ -371,6 +376,7 @@ class Auditor:
             audit.head_digest = last.recorded
             if receipts:
                 self._check_receipts(audit, item.receipts)
+            self._check_snapshots(audit)
             audits.append(audit)
         return AuditReport(audits)
 
@@ -515,6 +521,58 @@ class Auditor:
                 ),
             )
             next_up = next(waiting, None)
+
+    def _check_snapshots(self, audit: ConversationAudit) -> None:
+        """Each snapshot must equal the replay of the events up to its version.
+
+        Snapshots are not chained, yet the ledger loads from them: an altered
+        snapshot (another owner, an undeleted turn) would be served as truth.
+        """
+        store = self.ledger.snapshots
+        interval = self.ledger.snapshotting_intervals.get(Conversation)
+        if store is None or interval is None or audit.head_version < interval:
+            return  # no snapshot can exist yet: no query
+        conversation_id = audit.conversation_id
+        try:
+            snapshots: list[Any] = list(store.get(conversation_id))
+            if not snapshots:
+                return
+            last = max(s.originator_version for s in snapshots)
+            events: list[Any] = list(self.ledger.events.get(conversation_id, lte=last))
+        except Exception as error:  # noqa: BLE001 - reported, never raised
+            audit.findings.append(
+                Finding(
+                    SNAPSHOT_MISMATCH,
+                    conversation_id,
+                    None,
+                    f"{type(error).__name__}: snapshots or events cannot be read",
+                )
+            )
+            return
+        by_version = {s.originator_version: s for s in snapshots}
+        replayed: Any = None
+        for event in events:
+            try:
+                replayed = event.mutate(replayed)
+            except Exception:  # noqa: BLE001 - the chain pass reports the cause
+                return
+            snapshot = by_version.get(replayed.version)
+            if snapshot is None:
+                continue
+            try:
+                differs = _state(snapshot.mutate(None)) != _state(replayed)
+            except Exception:  # noqa: BLE001 - an unreadable snapshot differs
+                differs = True
+            if differs:
+                audit.findings.append(
+                    Finding(
+                        SNAPSHOT_MISMATCH,
+                        conversation_id,
+                        replayed.version,
+                        "the snapshot differs from the replay of its events: the "
+                        "ledger would serve altered state until it is removed",
+                    )
+                )
 
     @staticmethod
     def _tally(audit: ConversationAudit, finding: Finding | None) -> None:

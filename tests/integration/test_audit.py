@@ -21,6 +21,7 @@ from domain.audit import (
     MISSING,
     NOT_REDERIVABLE,
     RECEIPT_MISMATCH,
+    SNAPSHOT_MISMATCH,
     TEXT_MISSING,
     TRUNCATED,
     UNDECODABLE,
@@ -488,3 +489,58 @@ def test_racing_writers_keep_one_unbroken_chain(
     report = Auditor(first).audit()
     assert report.ok, report.failures
     assert report.conversation(conversation_id).events == 17
+
+
+@pytest.mark.parametrize(
+    "store", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def test_an_altered_snapshot_is_detected(
+    store: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Snapshots are not chained, but the ledger loads from them: check them."""
+    import sqlite3
+
+    import psycopg
+    from psycopg import sql
+
+    from infra.persistence import open_conversations
+    from infra.vault import new_master_key
+
+    if store == "sqlite":
+        settings = Settings(
+            _env_file=None, persistence="sqlite", data_dir=tmp_path, snapshot_interval=3
+        )
+    else:
+        settings = Settings(
+            _env_file=None,
+            persistence="postgres",
+            snapshot_interval=3,
+            postgres_schema=request.getfixturevalue("postgres_schema"),
+            master_key=new_master_key(),
+        )
+    ledger = open_conversations(settings)
+    try:
+        conversation_id, _ = run_turns(ledger, turns=4)
+        assert Auditor(ledger).audit().ok
+        # Hand the conversation to somebody else in its snapshot at version 3.
+        if store == "sqlite":
+            with sqlite3.connect(settings.sqlite_events_path) as connection:
+                connection.execute(
+                    "UPDATE stored_snapshots SET state = CAST(replace("
+                    "CAST(state AS TEXT), '\"alice\"', '\"malory\"') AS BLOB)"
+                )
+        else:
+            with psycopg.connect(settings.postgres_conninfo(), autocommit=True) as c:
+                table = sql.Identifier(
+                    settings.postgres_schema, "conversations_snapshots"
+                )
+                c.execute(
+                    sql.SQL(
+                        "UPDATE {} SET state = convert_to(replace(convert_from("
+                        "state, 'UTF8'), '\"alice\"', '\"malory\"'), 'UTF8')"
+                    ).format(table)
+                )
+        report = Auditor(ledger).audit()
+        assert failures_at(report) == {(SNAPSHOT_MISMATCH, conversation_id, 3)}
+    finally:
+        ledger.close()
