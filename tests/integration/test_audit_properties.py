@@ -46,7 +46,7 @@ def test_any_history_audits_clean_and_accounts_for_every_receipt(
                     conversation_id,
                     turn_id=turn_id,
                     question=question,
-                    answer=text or "ok",
+                    answer=f"a{index} {text}",
                     window=window,
                 )
                 receipts[turn_id] = window.window.kept_turn_ids
