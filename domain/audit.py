@@ -1,14 +1,16 @@
-"""Audits: verify every conversation's versions, hash chain and window receipts.
+"""Audits: verify every conversation's versions, hash chain, receipts and snapshots.
 
 The chain pass reads raw stored rows (the notification log, or one
 conversation's events) and needs no keys: it checks that versions run 1..n
-without gaps, that each event's digest matches its stored bytes, and that each
-event links to the digest of the stored event before it. The receipt pass
-replays each conversation from its events alone (never from a snapshot, which
-the chain does not cover) to the version a receipt names, applies the
-receipt's policy again with the turn's own question, and compares the body's
-length and SHA-256. Receipts whose turns were deleted since are reported as
-not re-derivable, which is expected, not a failure.
+without gaps, that each event's digest matches its stored bytes, that each
+event links to the digest of the stored event before it, and that heads
+recorded elsewhere (anchors) are still there. The receipt pass replays each
+conversation from its events alone (never from a snapshot, which the chain
+does not cover) to the version a receipt names, applies the receipt's policy
+again with the turn's own question, and compares the body's length and
+SHA-256; receipts whose turns were deleted since are reported as not
+re-derivable, which is expected, not a failure. Finally every snapshot is
+compared with the replay of its events. See docs/audit.md.
 """
 
 from __future__ import annotations
