@@ -15,7 +15,7 @@ compared with the replay of its events. See docs/audit.md.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 from uuid import UUID
@@ -348,8 +348,8 @@ class Auditor:
         events were removed, an anchor beyond the end of the log can.
         """
         collected: dict[UUID, _Collected] = {}
-        for stored in self._rows(conversation_id):
-            self._collect(collected, stored)
+        for page in self._pages(conversation_id):
+            self._collect_page(collected, page)
         if conversation_id is not None and not collected:
             raise ConversationNotFoundError(conversation_id)
         anchors = dict(anchors or {})
@@ -384,11 +384,11 @@ class Auditor:
 
     # Chain pass ---------------------------------------------------------------
 
-    def _rows(self, conversation_id: UUID | None) -> Iterator[StoredEvent]:
+    def _pages(self, conversation_id: UUID | None) -> Iterator[Sequence[StoredEvent]]:
         recorder = self.ledger.recorder
         if conversation_id is not None:
             rows = recorder.select_events(conversation_id)
-            yield from rows
+            yield rows
             self.progress(len(rows))
             return
         start = 0
@@ -398,40 +398,50 @@ class Auditor:
             )
             if not page:
                 return
-            yield from page
+            yield page
             self.progress(len(page))
             start = page[-1].id
 
-    def _collect(self, collected: dict[UUID, _Collected], stored: StoredEvent) -> None:
-        if isinstance(stored.state, str):  # a hand-edited SQLite row may be TEXT
-            stored = StoredEvent(
-                originator_id=stored.originator_id,
-                originator_version=stored.originator_version,
-                topic=stored.topic,
-                state=stored.state.encode("utf-8"),
-            )
-        conversation_id = stored.originator_id
-        if conversation_id.__class__ is not UUID:
-            conversation_id = UUID(str(conversation_id))
-        item = collected.get(conversation_id)
-        if item is None:
-            item = collected[conversation_id] = _Collected(
-                ConversationAudit(conversation_id), conversation_id.bytes
-            )
-        version = stored.originator_version
-        try:
-            row = _Row(
-                version, *raw_link(item.identity, version, stored.topic, stored.state)
-            )
-        except ChainFormatError as error:
-            row = _Row(version, "", "", "", str(error))
-        item.rows.append(row)
+    def _collect_page(
+        self, collected: dict[UUID, _Collected], page: Sequence[StoredEvent]
+    ) -> None:
+        """The audit's inner loop: kept flat, it runs once per stored event."""
+        decode_wanted = (STARTED_TOPIC, DELETED_TOPIC)
+        for stored in page:
+            state: Any = stored.state
+            if state.__class__ is str:  # a hand-edited SQLite row may be TEXT
+                state = state.encode("utf-8")
+                stored = StoredEvent(
+                    originator_id=stored.originator_id,
+                    originator_version=stored.originator_version,
+                    topic=stored.topic,
+                    state=state,
+                )
+            conversation_id: Any = stored.originator_id
+            if conversation_id.__class__ is not UUID:
+                conversation_id = UUID(str(conversation_id))
+            item = collected.get(conversation_id)
+            if item is None:
+                item = collected[conversation_id] = _Collected(
+                    ConversationAudit(conversation_id), conversation_id.bytes
+                )
+            version = stored.originator_version
+            topic = stored.topic
+            try:
+                previous, recorded, computed = raw_link(
+                    item.identity, version, topic, state
+                )
+                item.rows.append(_Row(version, previous, recorded, computed))
+            except ChainFormatError as error:
+                item.rows.append(_Row(version, "", "", "", str(error)))
+            if topic in decode_wanted or (
+                topic == CONFIRMED_TOPIC and _HAS_RECEIPT in state
+            ):
+                self._read_facts(item, stored)
+
+    def _read_facts(self, item: _Collected, stored: StoredEvent) -> None:
+        """Owner, deleted turns or receipt: the only events the audit decodes."""
         topic = stored.topic
-        wanted = topic in (STARTED_TOPIC, DELETED_TOPIC) or (
-            topic == CONFIRMED_TOPIC and _HAS_RECEIPT in stored.state
-        )
-        if not wanted:
-            return
         try:
             event: Any = self.ledger.mapper.to_domain_event(stored)
             # Each fact is read whole before it is kept, so an event missing a
@@ -454,7 +464,7 @@ class Auditor:
             item.audit.findings.append(
                 Finding(
                     UNDECODABLE,
-                    conversation_id,
+                    item.audit.conversation_id,
                     stored.originator_version,
                     f"{type(error).__name__}: cannot read the stored state",
                 )
