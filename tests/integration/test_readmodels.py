@@ -132,3 +132,29 @@ def test_applying_in_pages_gives_the_same_index_as_applying_at_once(
     assert {row.conversation_id: (row.version, row.owner_id) for row in at_once} == {
         key: (version, f"o{key.int}") for key, version in versions.items()
     }
+
+
+def test_a_rebuild_killed_mid_page_loses_nothing_and_resumes(
+    ledger: Conversations, index: ReadModelStore
+) -> None:
+    populate(ledger)
+    pages = 0
+    real_apply = index.apply
+
+    def dying_apply(notifications, ledger):  # type: ignore[no-untyped-def]
+        nonlocal pages
+        pages += 1
+        if pages == 3:
+            raise KeyboardInterrupt  # the operator pressed Ctrl-C mid-page
+        real_apply(notifications, ledger)
+
+    index.apply = dying_apply  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        rebuild(ledger, index, page_size=3)
+    tracking = index.tracking()
+    assert tracking.rebuilding and tracking.position == 6  # two whole pages
+    index.apply = real_apply  # type: ignore[method-assign]
+    assert rebuild(ledger, index, page_size=3) is True
+    resumed = index.rows()  # type: ignore[attr-defined]
+    assert rebuild(ledger, index, restart=True) is True
+    assert index.rows() == resumed  # type: ignore[attr-defined]
