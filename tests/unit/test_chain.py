@@ -9,7 +9,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from domain.audit import BROKEN_LINK, CHANGED, MISSING, UNSEALED, _Row, check_chain
 from domain.chain import (
     GENESIS,
     ChainFormatError,
@@ -17,6 +16,14 @@ from domain.chain import (
     raw_link,
     read_link_parts,
     seal_state,
+)
+from domain.findings import (
+    BROKEN_LINK,
+    CHANGED,
+    MISSING,
+    UNSEALED,
+    ChainRow,
+    check_chain,
 )
 
 TOPIC = "domain.conversation:Conversation.TurnConfirmed"
@@ -124,11 +131,11 @@ def _states(length: int) -> dict[int, bytes]:
     return states
 
 
-def _row(version: int, state: bytes) -> _Row:
-    return _Row(version, *raw_link(CONVERSATION.bytes, version, TOPIC, state))
+def _row(version: int, state: bytes) -> ChainRow:
+    return ChainRow(version, *raw_link(CONVERSATION.bytes, version, TOPIC, state))
 
 
-def _chain(length: int) -> list[_Row]:
+def _chain(length: int) -> list[ChainRow]:
     return [_row(version, state) for version, state in _states(length).items()]
 
 
@@ -168,7 +175,7 @@ def test_renumbered_events_are_located(length: int, data: st.DataObject) -> None
 
 def test_an_unsealed_row_is_reported_where_it_is() -> None:
     rows = _chain(3)
-    rows[1] = _Row(2, "", "", "", "no seal")
+    rows[1] = ChainRow(2, "", "", "", "no seal")
     findings = check_chain(CONVERSATION, rows)
     assert [(f.kind, f.version) for f in findings] == [(UNSEALED, 2)]
 
