@@ -79,7 +79,9 @@ def export_records(
                     "status": item.status.value,
                     "recorded_at": item.recorded_at.isoformat(),
                     "deleted": item.deleted,
-                    "deleted_at": item.deleted_at.isoformat() if item.deleted_at else None,
+                    "deleted_at": item.deleted_at.isoformat()
+                    if item.deleted_at
+                    else None,
                     "question": item.question,
                     "answer": item.answer,
                 }

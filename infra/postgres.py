@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Collection
+from typing import Any
 from uuid import UUID
 
 import psycopg
@@ -55,7 +56,7 @@ class PostgresKeyStore(KeyStore):
         with self._pool.connection() as connection:
             self._create_tables(connection)
 
-    def _create_tables(self, connection: psycopg.Connection[tuple[object, ...]]) -> None:
+    def _create_tables(self, connection: psycopg.Connection[Any]) -> None:
         connection.execute(
             sql.SQL(
                 "CREATE TABLE IF NOT EXISTS {} ("
@@ -203,13 +204,13 @@ class PostgresKeyStore(KeyStore):
             ):
                 return False
             for relname in sorted(dirty):
-                connection.execute(
-                    sql.SQL("VACUUM FULL {}").format(sql.Identifier(self._schema, relname))
-                )
+                partition = sql.Identifier(self._schema, relname)
+                connection.execute(sql.SQL("VACUUM FULL {}").format(partition))
             # Only if nothing was destroyed meanwhile: otherwise stay pending.
             marked = connection.execute(
                 sql.SQL(
-                    "UPDATE {} SET compacted_id = destroyed_id, dirty_partitions = '{{}}' "
+                    "UPDATE {} SET compacted_id = destroyed_id, "
+                    "dirty_partitions = '{{}}' "
                     "WHERE application_name = %s AND destroyed_id = %s"
                 ).format(self._tracking),
                 (application_name, destroyed_id),
@@ -217,11 +218,13 @@ class PostgresKeyStore(KeyStore):
         return marked == 1
 
     def _wait_for_horizon(
-        self, connection: psycopg.Connection[tuple[object, ...]], destroyed_xid: object
+        self, connection: psycopg.Connection[Any], destroyed_xid: object
     ) -> bool:
         deadline = time.monotonic() + self._horizon_wait
         while True:
-            row = connection.execute(_OLDER_TRANSACTIONS, {"xid": destroyed_xid}).fetchone()
+            row = connection.execute(
+                _OLDER_TRANSACTIONS, {"xid": destroyed_xid}
+            ).fetchone()
             if row is not None and not row[0]:
                 return True
             if time.monotonic() >= deadline:

@@ -134,7 +134,8 @@ class SQLiteKeyStore(KeyStore):
         """Checkpoint and truncate the WAL; deleted cells are already zeroed."""
         with self._lock:
             row = self._connection.execute(
-                "SELECT destroyed_id FROM key_purge_tracking WHERE application_name = ?",
+                "SELECT destroyed_id FROM key_purge_tracking "
+                "WHERE application_name = ?",
                 (application_name,),
             ).fetchone()
             if row is None or not self._checkpoint():
@@ -153,14 +154,14 @@ class SQLiteKeyStore(KeyStore):
             self._connection.close()
 
     def _checkpoint(self) -> bool:
-        busy, _, _ = self._connection.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-        return busy == 0
+        row = self._connection.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        return row[0] == 0  # (busy, frames in the WAL, frames checkpointed)
 
     def _tracking_row(self, application_name: str) -> tuple[int, int, int] | None:
         with self._lock:
             row = self._connection.execute(
-                "SELECT followed_id, destroyed_id, compacted_id FROM key_purge_tracking "
-                "WHERE application_name = ?",
+                "SELECT followed_id, destroyed_id, compacted_id "
+                "FROM key_purge_tracking WHERE application_name = ?",
                 (application_name,),
             ).fetchone()
         return None if row is None else (int(row[0]), int(row[1]), int(row[2]))

@@ -16,12 +16,17 @@ OWNER = "owner-1"
 
 def _turn(ledger: Conversations, conversation_id: uuid.UUID, turn_id: str) -> None:
     ledger.confirm_turn(
-        OWNER, conversation_id, turn_id=turn_id,
-        question=f"question {turn_id}", answer=f"answer {turn_id}",
+        OWNER,
+        conversation_id,
+        turn_id=turn_id,
+        question=f"question {turn_id}",
+        answer=f"answer {turn_id}",
     )
 
 
-def _keys(ledger: Conversations, conversation_id: uuid.UUID, *turn_ids: str) -> set[str]:
+def _keys(
+    ledger: Conversations, conversation_id: uuid.UUID, *turn_ids: str
+) -> set[str]:
     view: Any = ledger.vault.purge_view
     return set(view.get_many(conversation_id, list(turn_ids)))
 
@@ -50,7 +55,8 @@ def test_offline_device_cannot_resurrect_a_deleted_turn(ledger: Conversations) -
     assert _keys(ledger, conversation_id, "t1", "t2") == {"t2"}
     items = ledger.get_history(OWNER, conversation_id).items
     assert [(i.turn_id, i.deleted, i.question) for i in items] == [
-        ("t1", True, None), ("t2", False, "question t2"),
+        ("t1", True, None),
+        ("t2", False, "question t2"),
     ]
 
 
@@ -69,7 +75,10 @@ def test_delete_all_destroys_every_key_and_later_turns_are_kept(
     _turn(ledger, conversation_id, "t4")
     items = ledger.get_history(OWNER, conversation_id).items
     assert [(i.turn_id, i.question) for i in items] == [
-        ("t1", None), ("t2", None), ("t3", None), ("t4", "question t4"),
+        ("t1", None),
+        ("t2", None),
+        ("t3", None),
+        ("t4", "question t4"),
     ]
 
 
@@ -117,8 +126,11 @@ def test_aggregate_events_and_snapshots_hold_no_text(ledger: Conversations) -> N
     conversation_id = ledger.start_conversation(OWNER)
     for index in range(3):
         ledger.confirm_turn(
-            OWNER, conversation_id, turn_id=f"t{index}",
-            question=f"{marker} q{index}", answer=f"{marker} a{index}",
+            OWNER,
+            conversation_id,
+            turn_id=f"t{index}",
+            question=f"{marker} q{index}",
+            answer=f"{marker} a{index}",
         )
     ledger.take_snapshot(conversation_id)
     stored_events = ledger.recorder.select_events(conversation_id)

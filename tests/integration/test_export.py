@@ -45,24 +45,42 @@ def test_export_holds_readable_text_and_placeholders(ledger: Conversations) -> N
     first, second = _populate(ledger)
     records = list(export_records(ledger, "alice", exported_at=NOW))
     assert records[0] == {
-        "record": "export", "schema": EXPORT_SCHEMA, "owner_id": "alice",
+        "record": "export",
+        "schema": EXPORT_SCHEMA,
+        "owner_id": "alice",
         "exported_at": NOW.isoformat(),
     }
     assert records[-1] == {
-        "record": "end", "conversations": 2, "turns": 4, "deleted_turns": 1
+        "record": "end",
+        "conversations": 2,
+        "turns": 4,
+        "deleted_turns": 1,
     }
     conversations = [r for r in records if r["record"] == "conversation"]
     assert [c["conversation_id"] for c in conversations] == [first, second]
     assert [c["turn_count"] for c in conversations] == [3, 1]
     turns = [
-        (r["conversation_id"], r["turn_id"], r["status"], r["deleted"], r["question"],
-         r["answer"])
-        for r in records if r["record"] == "turn"
+        (
+            r["conversation_id"],
+            r["turn_id"],
+            r["status"],
+            r["deleted"],
+            r["question"],
+            r["answer"],
+        )
+        for r in records
+        if r["record"] == "turn"
     ]
     assert turns == [
         (first, "t1", "confirmed", True, None, None),
-        (first, "t2", "confirmed", False, "We use Java 8 — “please” 谢谢",
-         "Java 8 it is. 👍"),
+        (
+            first,
+            "t2",
+            "confirmed",
+            False,
+            "We use Java 8 — “please” 谢谢",
+            "Java 8 it is. 👍",
+        ),
         (first, "t3", "stopped", False, "Deadline?", ""),
         (second, "only", "confirmed", False, "Hi", "Hello"),
     ]
@@ -111,7 +129,9 @@ def test_cli_writes_a_private_json_lines_file(
     assert records[0]["schema"] == EXPORT_SCHEMA
     assert "谢谢" in lines[3]  # UTF-8 as is, not \\u escapes
     assert [r["turn_id"] for r in records if r["record"] == "turn"][:3] == [
-        "t1", "t2", "t3"
+        "t1",
+        "t2",
+        "t3",
     ]
     assert not list(tmp_path.glob("*.partial"))
 

@@ -20,9 +20,8 @@ import subprocess
 import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from uuid import UUID
-
 from unittest.mock import ANY
+from uuid import UUID
 
 import psycopg
 import pytest
@@ -148,7 +147,8 @@ def _check_survivors_and_replay(
     assert list(replayed.turns) == doomed + kept
     assert {t for t, e in replayed.turns.items() if e.deleted} == set(doomed)
     deletions = [
-        e for e in ledger.events.get(conversation_id)
+        e
+        for e in ledger.events.get(conversation_id)
         if isinstance(e, Conversation.HistoryDeleted)
     ]
     assert [(d.turn_ids, d.deleted_by) for d in deletions] == [(doomed, OWNER)]
@@ -166,7 +166,9 @@ def _check_survivors_and_replay(
 
 
 def test_sqlite_files_hold_no_marker_and_no_destroyed_key(tmp_path: Path) -> None:
-    settings = Settings(_env_file=None, persistence="sqlite", data_dir=tmp_path / "data")
+    settings = Settings(
+        _env_file=None, persistence="sqlite", data_dir=tmp_path / "data"
+    )
     marker = f"MARKER-{uuid.uuid4().hex}"
     ledger = open_conversations(settings)
     try:
@@ -257,10 +259,14 @@ def _pg_dump(settings: Settings) -> bytes:
     return subprocess.run(
         [
             executable,
-            "--schema", settings.postgres_schema,
-            "--host", settings.postgres_host,
-            "--port", str(settings.postgres_port),
-            "--username", settings.postgres_user,
+            "--schema",
+            settings.postgres_schema,
+            "--host",
+            settings.postgres_host,
+            "--port",
+            str(settings.postgres_port),
+            "--username",
+            settings.postgres_user,
             "--no-password",
             settings.postgres_dbname,
         ],
@@ -300,7 +306,9 @@ def test_postgres_files_and_dump_hold_no_marker_and_no_destroyed_key(
         # As autovacuum would: ANALYZE samples column values into pg_statistic.
         with psycopg.connect(postgres_conninfo, autocommit=True) as connection:
             connection.execute(
-                sql.SQL("ANALYZE {}").format(sql.Identifier(postgres_schema, "turn_keys"))
+                sql.SQL("ANALYZE {}").format(
+                    sql.Identifier(postgres_schema, "turn_keys")
+                )
             )
 
         _delete_and_purge(ledger, conversation_id, doomed)

@@ -22,7 +22,12 @@ from uuid import UUID
 import pytest
 
 from domain.application import Conversations
-from infra.persistence import eventsourcing_env, key_store, master_key, open_conversations
+from infra.persistence import (
+    eventsourcing_env,
+    key_store,
+    master_key,
+    open_conversations,
+)
 from infra.settings import Settings
 from infra.vault import KeyVault, new_master_key
 
@@ -158,8 +163,12 @@ def _assert_recovers(
         page = reopened.get_history("owner", ids["second"])
         texts = {i.turn_id: i.question for i in page.items}
         assert texts == {
-            "t0": None, "t1": None, "t2": None,
-            "t3": "question 3", "t4": "question 4", "t5": "question 5",
+            "t0": None,
+            "t1": None,
+            "t2": None,
+            "t3": "question 3",
+            "t4": "question 4",
+            "t5": "question 5",
         }
         # Running the purge again changes nothing.
         report = reopened.purge_deleted_history()
@@ -178,7 +187,9 @@ def test_crash_after_the_event_before_the_purge(crash_settings: Settings) -> Non
     _assert_recovers(crash_settings, ids, crashed_state, first_deleted=set())
 
 
-def test_crash_after_destroying_keys_before_compaction(crash_settings: Settings) -> None:
+def test_crash_after_destroying_keys_before_compaction(
+    crash_settings: Settings,
+) -> None:
     ids = _run_child(crash_settings, "before-compaction")
 
     def crashed_state(ledger: Conversations) -> None:

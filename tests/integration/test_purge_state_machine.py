@@ -19,7 +19,6 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from domain.application import Conversations
 from domain.errors import PurgeIncompleteError, TurnDeletedError
 from infra.persistence import open_conversations
 from infra.settings import Settings
@@ -60,7 +59,11 @@ class PurgeMachine(RuleBasedStateMachine):
         self.counter += 1
         turn_id = f"t{self.counter}"
         self.ledger.confirm_turn(
-            OWNER, self.conversation_id, turn_id=turn_id, question=question, answer=answer
+            OWNER,
+            self.conversation_id,
+            turn_id=turn_id,
+            question=question,
+            answer=answer,
         )
         self.confirmed[turn_id] = (question, answer)
 
@@ -70,7 +73,9 @@ class PurgeMachine(RuleBasedStateMachine):
         chosen = data.draw(
             st.lists(st.sampled_from(sorted(self.confirmed)), min_size=1, max_size=4)
         )
-        receipt = self.ledger.delete_history(OWNER, self.conversation_id, turn_ids=chosen)
+        receipt = self.ledger.delete_history(
+            OWNER, self.conversation_id, turn_ids=chosen
+        )
         assert set(receipt.deleted_turn_ids) == set(chosen) - self.deleted
         self.deleted |= set(chosen)
         self.purge_pending = False
@@ -109,8 +114,11 @@ class PurgeMachine(RuleBasedStateMachine):
         question, answer = self.confirmed[turn_id]
         with pytest.raises(TurnDeletedError):
             self.ledger.confirm_turn(
-                OWNER, self.conversation_id, turn_id=turn_id,
-                question=question, answer=answer,
+                OWNER,
+                self.conversation_id,
+                turn_id=turn_id,
+                question=question,
+                answer=answer,
             )
 
     @rule()
@@ -141,7 +149,9 @@ class PurgeMachine(RuleBasedStateMachine):
             for item in page.items
             if not item.deleted
         }
-        expected = {t: text for t, text in self.confirmed.items() if t not in self.deleted}
+        expected = {
+            t: text for t, text in self.confirmed.items() if t not in self.deleted
+        }
         assert readable == expected
         assert {i.turn_id for i in page.items if i.deleted} == self.deleted
         assert all(i.question is None for i in page.items if i.deleted)
