@@ -14,13 +14,19 @@ from uuid import UUID
 
 from eventsourcing.persistence import Tracking
 
+from domain.errors import TurnDeletedError
 from domain.ports import KeyPurgeView
 
 
 class KeyStore(KeyPurgeView):
     @abstractmethod
     def put_if_absent(self, conversation_id: UUID, turn_id: str, wrapped: bytes) -> bytes:
-        """Store `wrapped` unless the turn has a key; return the stored one."""
+        """Store `wrapped` unless the turn has a key; return the stored one.
+
+        Raises TurnDeletedError if the turn's key was destroyed: a writer that
+        loaded the conversation before the deletion must not create a new key
+        for a deleted turn (the purge, which has moved on, would never see it).
+        """
 
     @abstractmethod
     def get_many(self, conversation_id: UUID, turn_ids: Collection[str]) -> dict[str, bytes]:
@@ -33,12 +39,15 @@ class KeyStore(KeyPurgeView):
 class MemoryKeyStore(KeyStore):
     def __init__(self) -> None:
         self._keys: dict[tuple[UUID, str], bytes] = {}
+        self._destroyed: set[tuple[UUID, str]] = set()
         # application name -> [followed, last destroying, compacted] positions
         self._tracking: dict[str, list[int]] = {}
         self._lock = threading.Lock()
 
     def put_if_absent(self, conversation_id: UUID, turn_id: str, wrapped: bytes) -> bytes:
         with self._lock:
+            if (conversation_id, turn_id) in self._destroyed:
+                raise TurnDeletedError(conversation_id, turn_id)
             return self._keys.setdefault((conversation_id, turn_id), wrapped)
 
     def get_many(self, conversation_id: UUID, turn_ids: Collection[str]) -> dict[str, bytes]:
@@ -57,6 +66,7 @@ class MemoryKeyStore(KeyStore):
                 self._keys.pop((conversation_id, turn_id), None) is not None
                 for turn_id in turn_ids
             )
+            self._destroyed.update((conversation_id, turn_id) for turn_id in turn_ids)
             positions = self._positions(tracking.application_name)
             positions[0] = max(positions[0], tracking.notification_id)
             positions[1] = max(positions[1], tracking.notification_id)

@@ -12,6 +12,7 @@ from eventsourcing.persistence import Tracking
 from psycopg import sql
 from psycopg_pool import ConnectionPool
 
+from domain.errors import TurnDeletedError
 from infra.keystore import KeyStore
 
 # The key table is hash-partitioned by conversation so that compaction (VACUUM
@@ -50,6 +51,7 @@ class PostgresKeyStore(KeyStore):
         self._horizon_wait = horizon_wait_seconds
         self._table = sql.Identifier(schema, "turn_keys")
         self._tracking = sql.Identifier(schema, "key_purge_tracking")
+        self._destroyed = sql.Identifier(schema, "destroyed_turn_keys")
         self._pool = ConnectionPool(
             conninfo, min_size=1, max_size=pool_size, open=True, name="turnledger-keys"
         )
@@ -86,6 +88,15 @@ class PostgresKeyStore(KeyStore):
                 self._table
             )
         )
+        # Turns whose keys were destroyed: their keys must never be created again.
+        connection.execute(
+            sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {} ("
+                " conversation_id uuid NOT NULL,"
+                " turn_id text NOT NULL,"
+                " PRIMARY KEY (conversation_id, turn_id))"
+            ).format(self._destroyed)
+        )
         connection.execute(
             sql.SQL(
                 "CREATE TABLE IF NOT EXISTS {} ("
@@ -100,11 +111,17 @@ class PostgresKeyStore(KeyStore):
 
     def put_if_absent(self, conversation_id: UUID, turn_id: str, wrapped: bytes) -> bytes:
         with self._pool.connection() as connection:
+            # Shared with other writers, exclusive with the purge of this
+            # conversation: the INSERT below (a new snapshot, taken after the
+            # lock) sees the purge's tombstones, or the purge sees this key.
+            connection.execute(_LOCK_SHARED, (str(conversation_id),))
             connection.execute(
-                sql.SQL("INSERT INTO {} VALUES (%s, %s, %s) ON CONFLICT DO NOTHING").format(
-                    self._table
-                ),
-                (conversation_id, turn_id, wrapped),
+                sql.SQL(
+                    "INSERT INTO {} SELECT %(c)s, %(t)s, %(w)s WHERE NOT EXISTS "
+                    "(SELECT 1 FROM {} WHERE conversation_id = %(c)s "
+                    "AND turn_id = %(t)s) ON CONFLICT DO NOTHING"
+                ).format(self._table, self._destroyed),
+                {"c": conversation_id, "t": turn_id, "w": wrapped},
             )
             row = connection.execute(
                 sql.SQL(
@@ -112,7 +129,8 @@ class PostgresKeyStore(KeyStore):
                 ).format(self._table),
                 (conversation_id, turn_id),
             ).fetchone()
-        assert row is not None
+        if row is None:
+            raise TurnDeletedError(conversation_id, turn_id)
         return bytes(row[0])
 
     def get_many(self, conversation_id: UUID, turn_ids: Collection[str]) -> dict[str, bytes]:
@@ -131,6 +149,13 @@ class PostgresKeyStore(KeyStore):
     ) -> int:
         # One transaction: the rows, the position and the partitions to rewrite.
         with self._pool.connection() as connection:
+            connection.execute(_LOCK_EXCLUSIVE, (str(conversation_id),))
+            connection.execute(
+                sql.SQL(
+                    "INSERT INTO {} SELECT %s, unnest(%s::text[]) ON CONFLICT DO NOTHING"
+                ).format(self._destroyed),
+                (conversation_id, list(turn_ids)),
+            )
             rows = connection.execute(
                 sql.SQL(
                     "WITH deleted AS (DELETE FROM {} WHERE conversation_id = %s "
@@ -245,6 +270,15 @@ class PostgresKeyStore(KeyStore):
     def close(self) -> None:
         self._pool.close()
 
+
+# Transaction-scoped advisory locks per conversation (the first key namespaces
+# them) ordering key creation against key destruction.
+_LOCK_SHARED = (
+    "SELECT pg_advisory_xact_lock_shared(hashtext('turnledger.turn_keys'), hashtext(%s))"
+)
+_LOCK_EXCLUSIVE = (
+    "SELECT pg_advisory_xact_lock(hashtext('turnledger.turn_keys'), hashtext(%s))"
+)
 
 # Whether a transaction that may not yet see the deletion (its snapshot or its
 # own id is not newer than the deleting transaction) still holds back what

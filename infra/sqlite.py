@@ -10,6 +10,7 @@ from uuid import UUID
 
 from eventsourcing.persistence import Tracking
 
+from domain.errors import TurnDeletedError
 from infra.keystore import KeyStore
 
 _SCHEMA = [
@@ -18,6 +19,14 @@ _SCHEMA = [
         conversation_id TEXT NOT NULL,
         turn_id TEXT NOT NULL,
         wrapped_key BLOB NOT NULL,
+        PRIMARY KEY (conversation_id, turn_id)
+    ) WITHOUT ROWID
+    """,
+    # Turns whose keys were destroyed: their keys must never be created again.
+    """
+    CREATE TABLE IF NOT EXISTS destroyed_turn_keys (
+        conversation_id TEXT NOT NULL,
+        turn_id TEXT NOT NULL,
         PRIMARY KEY (conversation_id, turn_id)
     ) WITHOUT ROWID
     """,
@@ -65,14 +74,19 @@ class SQLiteKeyStore(KeyStore):
 
     def put_if_absent(self, conversation_id: UUID, turn_id: str, wrapped: bytes) -> bytes:
         with self._lock:
+            # One statement, so SQLite's write lock orders it against a purge.
             self._connection.execute(
-                "INSERT OR IGNORE INTO turn_keys VALUES (?, ?, ?)",
-                (conversation_id.hex, turn_id, wrapped),
+                "INSERT OR IGNORE INTO turn_keys SELECT ?, ?, ? WHERE NOT EXISTS "
+                "(SELECT 1 FROM destroyed_turn_keys "
+                "WHERE conversation_id = ? AND turn_id = ?)",
+                (conversation_id.hex, turn_id, wrapped, conversation_id.hex, turn_id),
             )
             row = self._connection.execute(
                 "SELECT wrapped_key FROM turn_keys WHERE conversation_id = ? AND turn_id = ?",
                 (conversation_id.hex, turn_id),
             ).fetchone()
+        if row is None:
+            raise TurnDeletedError(conversation_id, turn_id)
         return bytes(row[0])
 
     def get_many(self, conversation_id: UUID, turn_ids: Collection[str]) -> dict[str, bytes]:
@@ -102,6 +116,10 @@ class SQLiteKeyStore(KeyStore):
                         f"AND turn_id IN ({','.join('?' * len(chunk))})",
                         (conversation_id.hex, *chunk),
                     ).rowcount
+                self._connection.executemany(
+                    "INSERT OR IGNORE INTO destroyed_turn_keys VALUES (?, ?)",
+                    ((conversation_id.hex, turn_id) for turn_id in ids),
+                )
                 self._connection.execute(
                     _ADVANCE,
                     (

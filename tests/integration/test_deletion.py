@@ -143,3 +143,32 @@ def test_aggregate_events_and_snapshots_hold_no_text(ledger: Conversations) -> N
     # The text is there, sealed: the owner reads it back.
     page = ledger.get_history(OWNER, conversation_id)
     assert page.items[2].question == f"{marker} q2"
+
+
+def test_a_write_racing_the_deletion_does_not_recreate_the_key(
+    ledger: Conversations, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    conversation_id = ledger.start_conversation(OWNER)
+    _turn(ledger, conversation_id, "t0")
+    # A writer loads the conversation before t1 exists...
+    stale = ledger.get_conversation(OWNER, conversation_id)
+    # ...meanwhile another device records t1 and deletes it, and the purge runs.
+    _turn(ledger, conversation_id, "t1")
+    ledger.delete_history(OWNER, conversation_id, turn_ids=["t1"])
+    assert _keys(ledger, conversation_id, "t0", "t1") == {"t0"}
+    original = ledger.get_conversation
+    loads: list[int] = []
+
+    def stale_first(owner_id: str, conversation_id: uuid.UUID) -> Any:
+        loads.append(1)
+        return stale if len(loads) == 1 else original(owner_id, conversation_id)
+
+    monkeypatch.setattr(ledger, "get_conversation", stale_first)
+    # The writer, still seeing no t1, now seals and records its own t1.
+    with pytest.raises(TurnDeletedError):
+        _turn(ledger, conversation_id, "t1")
+    # The key store refused a new key for the deleted turn.
+    assert _keys(ledger, conversation_id, "t0", "t1") == {"t0"}
+    monkeypatch.undo()
+    items = ledger.get_history(OWNER, conversation_id).items
+    assert [(i.turn_id, i.deleted) for i in items] == [("t0", False), ("t1", True)]
