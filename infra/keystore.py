@@ -20,7 +20,9 @@ from domain.ports import KeyPurgeView
 
 class KeyStore(KeyPurgeView):
     @abstractmethod
-    def put_if_absent(self, conversation_id: UUID, turn_id: str, wrapped: bytes) -> bytes:
+    def put_if_absent(
+        self, conversation_id: UUID, turn_id: str, wrapped: bytes
+    ) -> bytes:
         """Store `wrapped` unless the turn has a key; return the stored one.
 
         Raises TurnDeletedError if the turn's key was destroyed: a writer that
@@ -29,7 +31,9 @@ class KeyStore(KeyPurgeView):
         """
 
     @abstractmethod
-    def get_many(self, conversation_id: UUID, turn_ids: Collection[str]) -> dict[str, bytes]:
+    def get_many(
+        self, conversation_id: UUID, turn_ids: Collection[str]
+    ) -> dict[str, bytes]:
         """The wrapped keys of those turns that still have one."""
 
     @abstractmethod
@@ -44,13 +48,17 @@ class MemoryKeyStore(KeyStore):
         self._tracking: dict[str, list[int]] = {}
         self._lock = threading.Lock()
 
-    def put_if_absent(self, conversation_id: UUID, turn_id: str, wrapped: bytes) -> bytes:
+    def put_if_absent(
+        self, conversation_id: UUID, turn_id: str, wrapped: bytes
+    ) -> bytes:
         with self._lock:
             if (conversation_id, turn_id) in self._destroyed:
                 raise TurnDeletedError(conversation_id, turn_id)
             return self._keys.setdefault((conversation_id, turn_id), wrapped)
 
-    def get_many(self, conversation_id: UUID, turn_ids: Collection[str]) -> dict[str, bytes]:
+    def get_many(
+        self, conversation_id: UUID, turn_ids: Collection[str]
+    ) -> dict[str, bytes]:
         with self._lock:
             return {
                 turn_id: self._keys[(conversation_id, turn_id)]

@@ -109,7 +109,9 @@ class PostgresKeyStore(KeyStore):
             ).format(self._tracking)
         )
 
-    def put_if_absent(self, conversation_id: UUID, turn_id: str, wrapped: bytes) -> bytes:
+    def put_if_absent(
+        self, conversation_id: UUID, turn_id: str, wrapped: bytes
+    ) -> bytes:
         with self._pool.connection() as connection:
             # Shared with other writers, exclusive with the purge of this
             # conversation: the INSERT below (a new snapshot, taken after the
@@ -125,7 +127,8 @@ class PostgresKeyStore(KeyStore):
             )
             row = connection.execute(
                 sql.SQL(
-                    "SELECT wrapped_key FROM {} WHERE conversation_id = %s AND turn_id = %s"
+                    "SELECT wrapped_key FROM {} "
+                    "WHERE conversation_id = %s AND turn_id = %s"
                 ).format(self._table),
                 (conversation_id, turn_id),
             ).fetchone()
@@ -133,7 +136,9 @@ class PostgresKeyStore(KeyStore):
             raise TurnDeletedError(conversation_id, turn_id)
         return bytes(row[0])
 
-    def get_many(self, conversation_id: UUID, turn_ids: Collection[str]) -> dict[str, bytes]:
+    def get_many(
+        self, conversation_id: UUID, turn_ids: Collection[str]
+    ) -> dict[str, bytes]:
         with self._pool.connection() as connection:
             rows = connection.execute(
                 sql.SQL(

@@ -72,7 +72,9 @@ class SQLiteKeyStore(KeyStore):
             for statement in _SCHEMA:
                 self._connection.execute(statement)
 
-    def put_if_absent(self, conversation_id: UUID, turn_id: str, wrapped: bytes) -> bytes:
+    def put_if_absent(
+        self, conversation_id: UUID, turn_id: str, wrapped: bytes
+    ) -> bytes:
         with self._lock:
             # One statement, so SQLite's write lock orders it against a purge.
             self._connection.execute(
@@ -82,20 +84,24 @@ class SQLiteKeyStore(KeyStore):
                 (conversation_id.hex, turn_id, wrapped, conversation_id.hex, turn_id),
             )
             row = self._connection.execute(
-                "SELECT wrapped_key FROM turn_keys WHERE conversation_id = ? AND turn_id = ?",
+                "SELECT wrapped_key FROM turn_keys "
+                "WHERE conversation_id = ? AND turn_id = ?",
                 (conversation_id.hex, turn_id),
             ).fetchone()
         if row is None:
             raise TurnDeletedError(conversation_id, turn_id)
         return bytes(row[0])
 
-    def get_many(self, conversation_id: UUID, turn_ids: Collection[str]) -> dict[str, bytes]:
+    def get_many(
+        self, conversation_id: UUID, turn_ids: Collection[str]
+    ) -> dict[str, bytes]:
         found: dict[str, bytes] = {}
         ids = list(turn_ids)
         with self._lock:
             for chunk in _chunks(ids):
                 rows = self._connection.execute(
-                    "SELECT turn_id, wrapped_key FROM turn_keys WHERE conversation_id = ? "
+                    "SELECT turn_id, wrapped_key FROM turn_keys "
+                    "WHERE conversation_id = ? "
                     f"AND turn_id IN ({','.join('?' * len(chunk))})",
                     (conversation_id.hex, *chunk),
                 )
