@@ -34,6 +34,7 @@ from infra.settings import Settings  # noqa: E402
 from infra.vault import KeyVault, new_master_key  # noqa: E402
 
 OWNER = "bench-owner"
+SAVE_BATCH = 500
 
 
 def build_conversation(settings: Settings, turns: int, other_keys: int) -> uuid.UUID:
@@ -55,6 +56,10 @@ def build_conversation(settings: Settings, turns: int, other_keys: int) -> uuid.
                 sealed_answer=vault.seal(conversation_id, turn_id, "answer", "a" * 38),
                 sizes=sizes,
             )
+            # Saved in batches: one save() of 10,000 events sometimes hung
+            # here, in psycopg's pipeline sync (the server waiting to read).
+            if (index + 1) % SAVE_BATCH == 0:
+                ledger.save(conversation)
         ledger.save(conversation)
         ledger.take_snapshot(conversation_id)
     finally:

@@ -48,7 +48,7 @@ class PostgresKeyStore(KeyStore):
     ) -> None:
         self._conninfo = conninfo
         self._schema = schema
-        self._horizon_wait = horizon_wait_seconds
+        self.horizon_wait_seconds = horizon_wait_seconds
         self._table = sql.Identifier(schema, "turn_keys")
         self._tracking = sql.Identifier(schema, "key_purge_tracking")
         self._destroyed = sql.Identifier(schema, "destroyed_turn_keys")
@@ -250,7 +250,7 @@ class PostgresKeyStore(KeyStore):
     def _wait_for_horizon(
         self, connection: psycopg.Connection[Any], destroyed_xid: object
     ) -> bool:
-        deadline = time.monotonic() + self._horizon_wait
+        deadline = time.monotonic() + self.horizon_wait_seconds
         while True:
             row = connection.execute(
                 _OLDER_TRANSACTIONS, {"xid": destroyed_xid}
