@@ -157,7 +157,8 @@ class PostgresKeyStore(KeyStore):
             connection.execute(_LOCK_EXCLUSIVE, (str(conversation_id),))
             connection.execute(
                 sql.SQL(
-                    "INSERT INTO {} SELECT %s, unnest(%s::text[]) ON CONFLICT DO NOTHING"
+                    "INSERT INTO {} SELECT %s, unnest(%s::text[]) "
+                    "ON CONFLICT DO NOTHING"
                 ).format(self._destroyed),
                 (conversation_id, list(turn_ids)),
             )
@@ -279,7 +280,8 @@ class PostgresKeyStore(KeyStore):
 # Transaction-scoped advisory locks per conversation (the first key namespaces
 # them) ordering key creation against key destruction.
 _LOCK_SHARED = (
-    "SELECT pg_advisory_xact_lock_shared(hashtext('turnledger.turn_keys'), hashtext(%s))"
+    "SELECT pg_advisory_xact_lock_shared("
+    "hashtext('turnledger.turn_keys'), hashtext(%s))"
 )
 _LOCK_EXCLUSIVE = (
     "SELECT pg_advisory_xact_lock(hashtext('turnledger.turn_keys'), hashtext(%s))"

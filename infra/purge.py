@@ -12,7 +12,7 @@ from infra.settings import Settings
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "purge",
-        help="destroy the keys of deleted turns not yet purged and compact the key store",
+        help="complete pending deletions: destroy their keys, compact the key store",
         description=(
             "Run the purge to the head of the log: destroy the keys named by every "
             "HistoryDeleted event not yet purged, then rewrite the key store's files. "
