@@ -139,6 +139,11 @@ def _check_survivors_and_replay(
         index = turn_id.split("-")[1]
         assert by_id[turn_id].question == f"Harmless question {index}"
         assert by_id[turn_id].answer == f"Harmless answer {index}"
+    # The whole application log still decodes, every event of every aggregate.
+    notifications = ledger.recorder.select_notifications(start=None, limit=10_000)
+    assert notifications
+    decoded = [ledger.mapper.to_domain_event(n) for n in notifications]
+    assert sum(isinstance(e, Conversation.HistoryDeleted) for e in decoded) == 1
     # Replay every event of the conversation from the log, without snapshots.
     replayed = None
     for domain_event in ledger.events.get(conversation_id):
