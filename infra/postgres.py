@@ -290,7 +290,8 @@ _LOCK_EXCLUSIVE = (
 # Whether a transaction that may not yet see the deletion (its snapshot or its
 # own id is not newer than the deleting transaction) still holds back what
 # VACUUM may remove: other sessions of this database, prepared transactions,
-# replication slots. Seeing other roles' sessions needs pg_read_all_stats.
+# standbys' feedback, replication slots. Seeing other roles' sessions needs
+# pg_read_all_stats.
 _OLDER_TRANSACTIONS = """
 SELECT EXISTS (
     SELECT 1 FROM pg_stat_activity
@@ -300,6 +301,9 @@ SELECT EXISTS (
 ) OR EXISTS (
     SELECT 1 FROM pg_prepared_xacts
     WHERE database = current_database() AND age(transaction) >= age(xid(%(xid)s::xid8))
+) OR EXISTS (
+    SELECT 1 FROM pg_stat_replication  -- standbys with hot_standby_feedback
+    WHERE age(backend_xmin) >= age(xid(%(xid)s::xid8))
 ) OR EXISTS (
     SELECT 1 FROM pg_replication_slots
     WHERE greatest(coalesce(age(xmin), 0), coalesce(age(catalog_xmin), 0))
