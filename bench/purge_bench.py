@@ -38,7 +38,7 @@ SAVE_BATCH = 500
 
 
 def build_conversation(settings: Settings, turns: int, other_keys: int) -> uuid.UUID:
-    """Write the conversation fast: seal in memory, copy keys, save events at once."""
+    """Write the conversation fast: seal in memory, copy keys, save in batches."""
     ledger = open_conversations(settings)
     try:
         conversation_id = ledger.start_conversation(OWNER)
