@@ -9,10 +9,10 @@ from collections.abc import Sequence
 from pydantic import ValidationError
 
 from domain.errors import TurnLedgerError
-from infra import demo
+from infra import demo, export, purge
 
 # Each command module exposes register(subparsers); its parser sets `handler`.
-COMMAND_MODULES = [demo]
+COMMAND_MODULES = [demo, export, purge]
 
 
 def build_parser() -> argparse.ArgumentParser:
