@@ -20,6 +20,7 @@ from domain.conversation import Conversation, TurnEntry, TurnSizes, TurnStatus
 from domain.errors import (
     ConversationNotFoundError,
     InvalidInputError,
+    PurgeIncompleteError,
     TextUnavailableError,
     TurnConflictError,
     TurnDeletedError,
@@ -27,6 +28,7 @@ from domain.errors import (
     WindowMismatchError,
 )
 from domain.ports import TextVault
+from domain.purge import PurgeReport, PurgeRunner
 from domain.receipt import OPENAI_CHAT, WindowReceipt, openai_chat_policy
 from domain.text import (
     DEFAULT_MAX_TURN_BYTES,
@@ -101,6 +103,7 @@ class DeletionReceipt:
     conversation_id: UUID
     deleted_turn_ids: tuple[str, ...]
     version: int
+    purge: PurgeReport | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +155,7 @@ class Conversations(Application[UUID]):
         # setting shadows the class default without touching other ledgers.
         self.snapshotting_intervals = {Conversation: snapshot_interval}  # type: ignore[misc]
         super().__init__(env)
+        self.purge = PurgeRunner(self, vault.purge_view)
 
     def construct_mapper(self) -> Mapper[UUID]:
         base = super().construct_mapper()
@@ -298,9 +302,20 @@ class Conversations(Application[UUID]):
             )
 
         conversation, deleted = self._write(owner_id, conversation_id, attempt)
-        if deleted:
-            self.vault.shred(conversation.id, deleted)
-        return DeletionReceipt(conversation.id, tuple(deleted), conversation.version)
+        # The event is saved: from here the deletion stands. The purge destroys
+        # the keys as a tracked follower of the log, so if it fails or the
+        # process dies now, the next purge run (or start-up) completes it.
+        try:
+            report = self.purge_deleted_history()
+        except Exception as error:
+            raise PurgeIncompleteError(conversation.id) from error
+        return DeletionReceipt(
+            conversation.id, tuple(deleted), conversation.version, purge=report
+        )
+
+    def purge_deleted_history(self) -> PurgeReport:
+        """Destroy the keys of every deleted turn not yet purged; compact the store."""
+        return self.purge.run()
 
     # Queries ------------------------------------------------------------------
 

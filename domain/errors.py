@@ -10,6 +10,7 @@
     │   └── TurnDeletedError         a write or read names a turn that was deleted
     ├── VersionConflictError         the caller's expected version is stale
     ├── TextUnavailableError         sealed text whose key has been destroyed
+    ├── PurgeIncompleteError         a deletion is recorded but its purge must be re-run
     └── WindowError                  a request window cannot be built
         └── MandatoryInputTooLargeError  system + current question exceed max_bytes
 
@@ -119,6 +120,18 @@ class TextUnavailableError(TurnLedgerError):
         super().__init__(
             f"text of turn {turn_id} in conversation {conversation_id} "
             "cannot be read: its key has been destroyed"
+        )
+
+
+class PurgeIncompleteError(TurnLedgerError):
+    """Raised when a deletion was recorded but destroying its keys failed."""
+
+    def __init__(self, conversation_id: UUID) -> None:
+        self.conversation_id = conversation_id
+        super().__init__(
+            f"the deletion in conversation {conversation_id} is recorded and its text "
+            "is no longer served, but destroying its keys failed; the purge completes "
+            "on the next deletion, `turnledger purge` or start-up"
         )
 
 
