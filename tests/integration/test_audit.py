@@ -216,13 +216,15 @@ def test_receipt_is_rederived_byte_exactly_in_a_fresh_process(
         if not key.startswith("TURNLEDGER_")
     }
     env.update(_environment(settings))
+    root = Path(__file__).resolve().parents[2]
+    env["PYTHONPATH"] = str(root)  # this checkout's code, however it is installed
     completed = subprocess.run(
         [sys.executable, str(script), str(conversation_id)],
         env=env,
         capture_output=True,
         text=True,
         check=True,
-        cwd=Path(__file__).resolve().parents[2],
+        cwd=root,
     )
     bodies = json.loads(completed.stdout)
     assert set(bodies) == set(windows)
