@@ -21,6 +21,9 @@ def eventsourcing_env(settings: Settings) -> dict[str, str]:
         "CREATE_TABLE": "y",
         "IS_SNAPSHOTTING_ENABLED": "y",
     }
+    if settings.aggregate_cache_size:
+        # Queries then fast-forward a cached aggregate instead of reloading it.
+        env["AGGREGATE_CACHE_MAXSIZE"] = str(settings.aggregate_cache_size)
     match settings.persistence:
         case "memory":
             env["PERSISTENCE_MODULE"] = "eventsourcing.popo"
