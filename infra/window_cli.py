@@ -126,7 +126,9 @@ def _print_table(
     dropped = list(window.dropped)
     shown = dropped[-_TABLE_DROPPED_ROWS:]
     if len(dropped) > len(shown):
-        turns.add_row(f"… {len(dropped) - len(shown)} older", "no", "(see --output json)")
+        turns.add_row(
+            f"… {len(dropped) - len(shown)} older", "no", "(see --output json)"
+        )
     for turn in shown:
         turns.add_row(turn.turn_id, "no", turn.reason)
     console.print(turns)
