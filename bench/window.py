@@ -239,27 +239,33 @@ def part_one(sizes: Sequence[int], naive_max: int) -> None:
         f"{'turns':>8} {'naive s':>10} {'window ms':>10} {'cold ms':>9} {'ratio':>10}"
     )
     for size in sizes:
-        texts = make_texts(size)
-        ledger = open_conversations(
-            Settings(_env_file=None, persistence="memory", aggregate_cache_size=4)
-        )
+        print(in_memory_row(size, naive_max))
+
+
+def in_memory_row(size: int, naive_max: int) -> str:
+    texts = make_texts(size)
+    ledger = open_conversations(
+        Settings(_env_file=None, persistence="memory", aggregate_cache_size=4)
+    )
+    try:
         conversation_id = build_conversation(ledger, texts)
         project(ledger, conversation_id)  # load the aggregate into the cache
         window_s, body = timed(lambda: project(ledger, conversation_id), 50)
         # Cold: the same store without a cache (the aggregate is rebuilt each call).
         ledger.repository.cache = None  # type: ignore[assignment]
         cold_s, _ = timed(lambda: project(ledger, conversation_id), 5)
-        if size <= naive_max:
-            naive_s, naive_body = timed(lambda: naive_window(texts, POLICY), 1)
-            assert naive_body == body, "the window and the naive loop disagree"
-            ratio = f"{naive_s / window_s:,.0f}x"
-            naive = f"{naive_s:.2f}"
-        else:
-            naive, ratio = "(skipped)", "-"
-        print(
-            f"{size:>8,} {naive:>10} {window_s * 1e3:>10.2f} {cold_s * 1e3:>9.1f} {ratio:>10}"
-        )
+    finally:
         ledger.close()
+    naive, ratio = "(skipped)", "-"
+    if size <= naive_max:
+        naive_s, naive_body = timed(lambda: naive_window(texts, POLICY), 1)
+        assert naive_body == body, "the window and the naive loop disagree"
+        ratio = f"{naive_s / window_s:,.0f}x"
+        naive = f"{naive_s:.2f}"
+    return (
+        f"{size:>8,} {naive:>10} {window_s * 1e3:>10.2f} "
+        f"{cold_s * 1e3:>9.1f} {ratio:>10}"
+    )
 
 
 def part_two(sizes: Sequence[int], keep_schema: bool) -> None:
@@ -274,28 +280,7 @@ def part_two(sizes: Sequence[int], keep_schema: bool) -> None:
     results: dict[int, tuple[float, float, float]] = {}
     try:
         for size in sizes:
-            started = time.perf_counter()
-            builder = open_conversations(base)
-            conversation_id = build_conversation(builder, make_texts(size))
-            builder.close()
-            built = time.perf_counter() - started
-
-            cold_s = first_call(base, lambda ledger: project(ledger, conversation_id))
-            load_s = first_call(
-                base, lambda ledger: ledger.repository.get(conversation_id)
-            )
-            warm_ledger = open_conversations(
-                base.model_copy(update={"aggregate_cache_size": 4})
-            )
-            project(warm_ledger, conversation_id)
-            warm_s, _ = timed(lambda: project(warm_ledger, conversation_id), 50)
-            warm_ledger.close()
-            results[size] = (cold_s, load_s, warm_s)
-            print(
-                f"{size:>8,} turns (built in {built:.0f} s): cold {cold_s * 1e3:.1f} ms "
-                f"(of which loading the aggregate {load_s * 1e3:.1f} ms), "
-                f"warm {warm_s * 1e3:.2f} ms"
-            )
+            results[size] = postgres_row(base, size)
     finally:
         if not keep_schema:
             with psycopg.connect(
@@ -308,10 +293,34 @@ def part_two(sizes: Sequence[int], keep_schema: bool) -> None:
                 )
     if len(results) >= 2:
         small, large = min(results), max(results)
-        print(
-            f"ratio {large:,} / {small:,} turns: warm {results[large][2] / results[small][2]:.2f}x, "
-            f"cold {results[large][0] / results[small][0]:.1f}x"
-        )
+        warm = results[large][2] / results[small][2]
+        cold = results[large][0] / results[small][0]
+        print(f"ratio {large:,} / {small:,} turns: warm {warm:.2f}x, cold {cold:.1f}x")
+
+
+def postgres_row(base: Settings, size: int) -> tuple[float, float, float]:
+    """(cold, loading only, warm) seconds for a conversation of `size` turns."""
+    started = time.perf_counter()
+    builder = open_conversations(base)
+    conversation_id = build_conversation(builder, make_texts(size))
+    builder.close()
+    built = time.perf_counter() - started
+    cold_s = first_call(base, lambda ledger: project(ledger, conversation_id))
+    load_s = first_call(base, lambda ledger: ledger.repository.get(conversation_id))
+    warm_ledger = open_conversations(
+        base.model_copy(update={"aggregate_cache_size": 4})
+    )
+    try:
+        project(warm_ledger, conversation_id)
+        warm_s, _ = timed(lambda: project(warm_ledger, conversation_id), 50)
+    finally:
+        warm_ledger.close()
+    print(
+        f"{size:>8,} turns (built in {built:.0f} s): cold {cold_s * 1e3:.1f} ms "
+        f"(of which loading the aggregate {load_s * 1e3:.1f} ms), "
+        f"warm {warm_s * 1e3:.2f} ms"
+    )
+    return cold_s, load_s, warm_s
 
 
 def main(argv: Sequence[str] | None = None) -> int:

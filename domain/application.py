@@ -393,7 +393,9 @@ class Conversations(Application[UUID]):
         if not isinstance(conversation_id, UUID):
             raise InvalidInputError("conversation_id", "expected a UUID")
         try:
-            conversation = self.repository.get(conversation_id, deepcopy_from_cache=False)
+            conversation: object = self.repository.get(
+                conversation_id, deepcopy_from_cache=False
+            )
         except AggregateNotFoundError:
             raise ConversationNotFoundError(conversation_id) from None
         if not isinstance(conversation, Conversation) or conversation.owner_id != owner_id:

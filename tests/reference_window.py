@@ -52,7 +52,9 @@ def naive_window(
         raise MandatoryInputTooLargeError(mandatory, policy.max_bytes)
     fold_text = None
     if fold is not None:
-        fold_text = label_fold(trim_text(fold.summary, counter, policy.fold_max_tokens).text)
+        fold_text = label_fold(
+            trim_text(fold.summary, counter, policy.fold_max_tokens).text
+        )
         if len(body([], fold_text)) > policy.max_bytes:
             fold_text = None
     fixed = counter.count(system) + counter.count(question)
@@ -60,11 +62,19 @@ def naive_window(
         fixed += counter.count(fold_text)
     budgets = [] if policy.max_tokens is None else [policy.max_tokens]
     if policy.context_tokens is not None:
-        budgets.append(max(0, policy.context_tokens - policy.reserved_output_tokens - fixed))
+        budgets.append(
+            max(0, policy.context_tokens - policy.reserved_output_tokens - fixed)
+        )
     budget = min(budgets) if budgets else None
     pair_limit = min(
-        [n for n in (policy.max_pairs, None if policy.max_messages is None
-                     else policy.max_messages // 2) if n is not None],
+        [
+            n
+            for n in (
+                policy.max_pairs,
+                None if policy.max_messages is None else policy.max_messages // 2,
+            )
+            if n is not None
+        ],
         default=None,
     )
     floor = (policy.floor_messages + 1) // 2

@@ -21,9 +21,11 @@ def stored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> UUID:
     conversation_id = ledger.start_conversation("ann")
     for index in range(4):
         ledger.confirm_turn(
-            "ann", conversation_id, turn_id=f"t{index}",
+            "ann",
+            conversation_id,
+            turn_id=f"t{index}",
             question=f"Q{index} 你好" + (" lorem" * 1_500 if index == 2 else ""),
-            answer=f"A{index} \"ok\"",
+            answer=f'A{index} "ok"',
         )
     ledger.close()
     return conversation_id
@@ -35,10 +37,22 @@ def stored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> UUID:
 def test_json_output_has_the_body_and_the_report(
     stored: UUID, fmt: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = main([
-        "window", str(stored), "--owner", "ann", "--question", "Now?",
-        "--format", fmt, "--output", "json", "--max-bytes", "600",
-    ])
+    code = main(
+        [
+            "window",
+            str(stored),
+            "--owner",
+            "ann",
+            "--question",
+            "Now?",
+            "--format",
+            fmt,
+            "--output",
+            "json",
+            "--max-bytes",
+            "600",
+        ]
+    )
     assert code == 0
     document = json.loads(capsys.readouterr().out)
     report = document["report"]
@@ -55,10 +69,18 @@ def test_json_output_has_the_body_and_the_report(
 def test_table_output_reports_trims_and_drops(
     stored: UUID, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = main([
-        "window", str(stored), "--owner", "ann", "--question", "Now?",
-        "--tokenizer", "cl100k_base",
-    ])
+    code = main(
+        [
+            "window",
+            str(stored),
+            "--owner",
+            "ann",
+            "--question",
+            "Now?",
+            "--tokenizer",
+            "cl100k_base",
+        ]
+    )
     assert code == 0
     out = capsys.readouterr().out
     assert "cl100k_base" in out
@@ -72,9 +94,17 @@ def test_bad_input_exits_with_a_message(
     assert "conversation_id" in capsys.readouterr().err
     assert main(["window", str(stored), "--owner", "bob", "--question", "q"]) == 1
     assert "not found" in capsys.readouterr().err
-    code = main([
-        "window", str(stored), "--owner", "ann", "--question", "q" * 5_000,
-        "--max-bytes", "300",
-    ])
+    code = main(
+        [
+            "window",
+            str(stored),
+            "--owner",
+            "ann",
+            "--question",
+            "q" * 5_000,
+            "--max-bytes",
+            "300",
+        ]
+    )
     assert code == 1
     assert "over the 300-byte budget" in capsys.readouterr().err

@@ -28,16 +28,27 @@ LOOSE = WindowPolicy(
 )
 
 
-def confirm(ledger: Conversations, conversation_id: UUID, turn_id: str, text: str = "") -> None:
+def confirm(
+    ledger: Conversations, conversation_id: UUID, turn_id: str, text: str = ""
+) -> None:
     ledger.confirm_turn(
-        OWNER, conversation_id, turn_id=turn_id,
-        question=f"question {turn_id} {text}", answer=f"answer {turn_id}",
+        OWNER,
+        conversation_id,
+        turn_id=turn_id,
+        question=f"question {turn_id} {text}",
+        answer=f"answer {turn_id}",
     )
 
 
-def project(ledger: Conversations, conversation_id: UUID, policy: WindowPolicy = LOOSE) -> Any:
+def project(
+    ledger: Conversations, conversation_id: UUID, policy: WindowPolicy = LOOSE
+) -> Any:
     return ledger.project_window(
-        OWNER, conversation_id, question="Now?", system="Be brief.", model="m",
+        OWNER,
+        conversation_id,
+        question="Now?",
+        system="Be brief.",
+        model="m",
         policy=policy,
     ).window
 
@@ -48,11 +59,17 @@ def test_failed_and_stopped_turns_are_never_sent_and_use_no_pair_allowance(
     conversation_id = ledger.start_conversation(OWNER)
     confirm(ledger, conversation_id, "c1")
     confirm(ledger, conversation_id, "c2")
-    ledger.record_abandoned_turn(OWNER, conversation_id, turn_id="f1",
-                                 question="boom?", outcome="failed")
-    ledger.record_abandoned_turn(OWNER, conversation_id, turn_id="s1",
-                                 question="stop?", outcome="stopped",
-                                 partial_answer="half an ans")
+    ledger.record_abandoned_turn(
+        OWNER, conversation_id, turn_id="f1", question="boom?", outcome="failed"
+    )
+    ledger.record_abandoned_turn(
+        OWNER,
+        conversation_id,
+        turn_id="s1",
+        question="stop?",
+        outcome="stopped",
+        partial_answer="half an ans",
+    )
     confirm(ledger, conversation_id, "c3")
     window = project(ledger, conversation_id, LOOSE.model_copy(update={"max_pairs": 2}))
     assert window.kept_turn_ids == ("c2", "c3")
@@ -68,16 +85,22 @@ def test_deleted_turns_do_not_exist_for_the_window(ledger: Conversations) -> Non
     window = project(ledger, conversation_id)
     assert window.kept_turn_ids == ("c1", "c3")
     assert not window.omitted
-    limited = project(ledger, conversation_id, LOOSE.model_copy(update={"max_pairs": 1}))
+    limited = project(
+        ledger, conversation_id, LOOSE.model_copy(update={"max_pairs": 1})
+    )
     assert limited.dropped_turn_ids == ("c1",)
 
 
 def test_the_fold_replaces_the_turns_it_covers(ledger: Conversations) -> None:
     conversation_id = ledger.start_conversation(OWNER)
     for turn_id in ("c1", "c2", "c3"):
-        confirm(ledger, conversation_id, turn_id, "ORCHID-17" if turn_id == "c1" else "")
+        confirm(
+            ledger, conversation_id, turn_id, "ORCHID-17" if turn_id == "c1" else ""
+        )
     receipt = ledger.record_fold(
-        OWNER, conversation_id, covers_through_turn_id="c2",
+        OWNER,
+        conversation_id,
+        covers_through_turn_id="c2",
         summary="The code is ORCHID-17; 项目 🙂",
     )
     window = project(ledger, conversation_id)
@@ -87,13 +110,18 @@ def test_the_fold_replaces_the_turns_it_covers(ledger: Conversations) -> None:
     assert messages[1]["content"] == FOLD_LABEL + "The code is ORCHID-17; 项目 🙂"
     assert b"question c1" not in window.body
     assert [(d.turn_id, d.reason) for d in window.dropped] == [
-        ("c1", "fold"), ("c2", "fold"),
+        ("c1", "fold"),
+        ("c2", "fold"),
     ]
-    assert ledger.get_fold_summary(OWNER, conversation_id) == "The code is ORCHID-17; 项目 🙂"
+    assert (
+        ledger.get_fold_summary(OWNER, conversation_id)
+        == "The code is ORCHID-17; 项目 🙂"
+    )
 
 
-def reopen(ledger: Conversations, open_ledger: Callable[[], Conversations],
-           settings: Settings) -> Conversations:
+def reopen(
+    ledger: Conversations, open_ledger: Callable[[], Conversations], settings: Settings
+) -> Conversations:
     """A fresh application on the same data (the memory store has no other)."""
     return ledger if settings.persistence == "memory" else open_ledger()
 
@@ -105,10 +133,12 @@ def test_deleting_a_covered_turn_destroys_the_fold(
     conversation_id = ledger.start_conversation(OWNER)
     for turn_id in ("c1", "c2", "c3"):
         confirm(ledger, conversation_id, turn_id)
-    first = ledger.record_fold(OWNER, conversation_id, covers_through_turn_id="c1",
-                               summary="first summary")
-    second = ledger.record_fold(OWNER, conversation_id, covers_through_turn_id="c2",
-                                summary="second summary")
+    first = ledger.record_fold(
+        OWNER, conversation_id, covers_through_turn_id="c1", summary="first summary"
+    )
+    second = ledger.record_fold(
+        OWNER, conversation_id, covers_through_turn_id="c2", summary="second summary"
+    )
     ledger.delete_history(OWNER, conversation_id, turn_ids=["c1"])
 
     reopened = reopen(ledger, open_ledger, settings)
@@ -121,7 +151,9 @@ def test_deleting_a_covered_turn_destroys_the_fold(
     for receipt in (first, second):
         fold = conversation.fold_map()[receipt.fold_id]
         assert fold.withdrawn
-        event = next(reopened._events_between(conversation_id, fold.version, fold.version))
+        event = next(
+            reopened._events_between(conversation_id, fold.version, fold.version)
+        )
         opened = reopened.vault.open_many(
             conversation_id, [(fold.key_id, "summary", event.sealed_summary)]
         )
@@ -132,7 +164,9 @@ def test_deleting_a_turn_after_the_fold_keeps_it(ledger: Conversations) -> None:
     conversation_id = ledger.start_conversation(OWNER)
     for turn_id in ("c1", "c2", "c3"):
         confirm(ledger, conversation_id, turn_id)
-    ledger.record_fold(OWNER, conversation_id, covers_through_turn_id="c1", summary="s1")
+    ledger.record_fold(
+        OWNER, conversation_id, covers_through_turn_id="c1", summary="s1"
+    )
     ledger.delete_history(OWNER, conversation_id, turn_ids=["c3"])
     assert ledger.get_fold_summary(OWNER, conversation_id) == "s1"
     assert project(ledger, conversation_id).kept_turn_ids == ("c2",)
@@ -150,26 +184,40 @@ def test_bad_folds_are_refused_and_change_nothing(ledger: Conversations) -> None
     conversation_id = ledger.start_conversation(OWNER)
     for turn_id in ("c1", "c2"):
         confirm(ledger, conversation_id, turn_id)
-    ledger.record_fold(OWNER, conversation_id, covers_through_turn_id="c2",
-                       summary="s", fold_id="fold-a")
+    ledger.record_fold(
+        OWNER,
+        conversation_id,
+        covers_through_turn_id="c2",
+        summary="s",
+        fold_id="fold-a",
+    )
     version = ledger.get_conversation(OWNER, conversation_id).version
     with pytest.raises(TurnNotFoundError):
-        ledger.record_fold(OWNER, conversation_id, covers_through_turn_id="nope",
-                           summary="s")
+        ledger.record_fold(
+            OWNER, conversation_id, covers_through_turn_id="nope", summary="s"
+        )
     with pytest.raises(FoldConflictError, match="fewer turns"):
-        ledger.record_fold(OWNER, conversation_id, covers_through_turn_id="c1",
-                           summary="s")
+        ledger.record_fold(
+            OWNER, conversation_id, covers_through_turn_id="c1", summary="s"
+        )
     with pytest.raises(FoldConflictError, match="already recorded"):
-        ledger.record_fold(OWNER, conversation_id, covers_through_turn_id="c2",
-                           summary="s", fold_id="fold-a")
+        ledger.record_fold(
+            OWNER,
+            conversation_id,
+            covers_through_turn_id="c2",
+            summary="s",
+            fold_id="fold-a",
+        )
     with pytest.raises(InvalidInputError):
-        ledger.record_fold(OWNER, conversation_id, covers_through_turn_id="c2",
-                           summary="  ")
+        ledger.record_fold(
+            OWNER, conversation_id, covers_through_turn_id="c2", summary="  "
+        )
     ledger.delete_history(OWNER, conversation_id, turn_ids=["c2"])
     version = ledger.get_conversation(OWNER, conversation_id).version
     with pytest.raises(TurnDeletedError):
-        ledger.record_fold(OWNER, conversation_id, covers_through_turn_id="c2",
-                           summary="s")
+        ledger.record_fold(
+            OWNER, conversation_id, covers_through_turn_id="c2", summary="s"
+        )
     assert ledger.get_conversation(OWNER, conversation_id).version == version
 
 
@@ -215,7 +263,9 @@ def test_only_the_turns_sent_are_decrypted(ledger: Conversations) -> None:
     assert set(counting.opened) == set(window.kept_turn_ids)
 
 
-def test_with_trimming_at_most_one_unsent_turn_is_decrypted(ledger: Conversations) -> None:
+def test_with_trimming_at_most_one_unsent_turn_is_decrypted(
+    ledger: Conversations,
+) -> None:
     conversation_id = ledger.start_conversation(OWNER)
     for index in range(6):
         confirm(ledger, conversation_id, f"c{index}", "p" * 5_000)  # all trimmed
@@ -253,12 +303,18 @@ def test_folds_survive_snapshots_and_reopening(
     conversation_id = ledger.start_conversation(OWNER)
     for index in range(150):
         confirm(ledger, conversation_id, f"c{index}")
-    ledger.record_fold(OWNER, conversation_id, covers_through_turn_id="c139",
-                       summary="the first 140 turns")
+    ledger.record_fold(
+        OWNER,
+        conversation_id,
+        covers_through_turn_id="c139",
+        summary="the first 140 turns",
+    )
     for index in range(150, 205):  # past version 200: a snapshot holds the fold
         confirm(ledger, conversation_id, f"c{index}")
     before = project(ledger, conversation_id, WindowPolicy())
-    after = project(reopen(ledger, open_ledger, settings), conversation_id, WindowPolicy())
+    after = project(
+        reopen(ledger, open_ledger, settings), conversation_id, WindowPolicy()
+    )
     assert after.body == before.body and after.fold_sent
     assert after.dropped.counts() == before.dropped.counts()
     assert after.dropped.counts()["fold"] == 140

@@ -29,7 +29,7 @@ PARTS = RequestParts(
     model="m-1",
     system="Be brief.",
     question="And now? 你好 \U0001f642",
-    pairs=(("Q1 \"quoted\"", "A1\n"), ("Q2 <a&b>", "A2 \u2028")),
+    pairs=(('Q1 "quoted"', "A1\n"), ("Q2 <a&b>", "A2 \u2028")),
     fold="Summary: earlier talk",
     max_output_tokens=512,
 )
@@ -41,7 +41,7 @@ def test_openai_chat_puts_system_and_fold_inside_messages() -> None:
         "messages": [
             {"role": "system", "content": "Be brief."},
             {"role": "system", "content": "Summary: earlier talk"},
-            {"role": "user", "content": "Q1 \"quoted\""},
+            {"role": "user", "content": 'Q1 "quoted"'},
             {"role": "assistant", "content": "A1\n"},
             {"role": "user", "content": "Q2 <a&b>"},
             {"role": "assistant", "content": "A2 \u2028"},
@@ -57,7 +57,7 @@ def test_openai_responses_uses_instructions_and_input() -> None:
         "instructions": "Be brief.",
         "input": [
             {"role": "developer", "content": "Summary: earlier talk"},
-            {"role": "user", "content": "Q1 \"quoted\""},
+            {"role": "user", "content": 'Q1 "quoted"'},
             {"role": "assistant", "content": "A1\n"},
             {"role": "user", "content": "Q2 <a&b>"},
             {"role": "assistant", "content": "A2 \u2028"},
@@ -76,7 +76,7 @@ def test_anthropic_messages_has_top_level_system_and_strict_alternation() -> Non
             {"type": "text", "text": "Summary: earlier talk"},
         ],
         "messages": [
-            {"role": "user", "content": "Q1 \"quoted\""},
+            {"role": "user", "content": 'Q1 "quoted"'},
             {"role": "assistant", "content": "A1\n"},
             {"role": "user", "content": "Q2 <a&b>"},
             {"role": "assistant", "content": "A2 \u2028"},
@@ -84,7 +84,9 @@ def test_anthropic_messages_has_top_level_system_and_strict_alternation() -> Non
         ],
     }
     assert render_body("anthropic-messages", PARTS) == _standard(expected)
-    roles = [m["role"] for m in request_document("anthropic-messages", PARTS)["messages"]]
+    roles = [
+        m["role"] for m in request_document("anthropic-messages", PARTS)["messages"]
+    ]
     assert roles == ["user", "assistant"] * 2 + ["user"]
 
 
@@ -101,7 +103,7 @@ def test_gemini_uses_contents_model_role_and_system_instruction() -> None:
             "parts": [{"text": "Be brief."}, {"text": "Summary: earlier talk"}]
         },
         "contents": [
-            {"role": "user", "parts": [{"text": "Q1 \"quoted\""}]},
+            {"role": "user", "parts": [{"text": 'Q1 "quoted"'}]},
             {"role": "model", "parts": [{"text": "A1\n"}]},
             {"role": "user", "parts": [{"text": "Q2 <a&b>"}]},
             {"role": "model", "parts": [{"text": "A2 \u2028"}]},

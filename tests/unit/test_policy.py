@@ -29,7 +29,9 @@ def test_the_pair_limit_is_the_tighter_of_both_counts() -> None:
     assert WindowPolicy(max_messages=None, max_pairs=None).max_pairs_total is None
 
 
-def test_a_token_budget_under_twice_the_fold_threshold_is_refused_with_the_reason() -> None:
+def test_a_token_budget_under_twice_the_fold_threshold_is_refused_with_the_reason() -> (
+    None
+):
     with pytest.raises(ValidationError) as raised:
         WindowPolicy(max_tokens=3_999, fold_threshold_tokens=2_000)
     message = str(raised.value)

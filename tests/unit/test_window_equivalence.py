@@ -52,8 +52,13 @@ def _both(
     fold: WindowFold | None,
 ) -> None:
     arguments: dict[str, Any] = dict(
-        model="m\u2028", system=system, turns=turns, question=question, policy=policy,
-        counter=counter, fold=fold,
+        model="m\u2028",
+        system=system,
+        turns=turns,
+        question=question,
+        policy=policy,
+        counter=counter,
+        fold=fold,
     )
     try:
         expected = naive_window(**arguments)
@@ -62,7 +67,9 @@ def _both(
             select_window(**arguments)
         except MandatoryInputTooLargeError:
             return
-        raise AssertionError("the fast path accepted what the naive loop refused")
+        raise AssertionError(
+            "the fast path accepted what the naive loop refused"
+        ) from None
     fast = select_window(**arguments)
     assert fast.body == expected[0]
     assert fast.kept_turn_ids == expected[1]
@@ -101,9 +108,7 @@ def test_fast_window_equals_the_naive_loop_with_a_real_tokenizer(
     _both(turns, question, "sys", policy, token_counter("o200k_base"), None)
 
 
-@settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     texts=st.lists(st.tuples(sendable_text, sendable_text), min_size=1, max_size=8),
     outcomes=st.lists(st.sampled_from(["confirmed", "failed", "stopped"]), max_size=8),
@@ -130,31 +135,55 @@ def test_the_stored_conversation_gives_the_same_bytes_as_the_naive_loop(
             outcome = outcomes[index] if index < len(outcomes) else "confirmed"
             turn_id = f"t{index}"
             if outcome == "confirmed":
-                ledger.confirm_turn("owner", conversation_id, turn_id=turn_id,
-                                    question=q, answer=a)
+                ledger.confirm_turn(
+                    "owner", conversation_id, turn_id=turn_id, question=q, answer=a
+                )
                 eligible.append(WindowTurn(turn_id, q, a))
             else:
-                ledger.record_abandoned_turn("owner", conversation_id, turn_id=turn_id,
-                                             question=q, outcome=outcome,
-                                             partial_answer=a)
+                ledger.record_abandoned_turn(
+                    "owner",
+                    conversation_id,
+                    turn_id=turn_id,
+                    question=q,
+                    outcome=outcome,
+                    partial_answer=a,
+                )
         fold = None
         after = eligible
         if fold_at is not None and fold_at < len(texts):
-            ledger.record_fold("owner", conversation_id,
-                               covers_through_turn_id=f"t{fold_at}", summary="S: " + q)
+            ledger.record_fold(
+                "owner",
+                conversation_id,
+                covers_through_turn_id=f"t{fold_at}",
+                summary="S: " + q,
+            )
             covered = {f"t{i}" for i in range(fold_at + 1)}
-            fold = WindowFold("f", "S: " + q, tuple(
-                t.turn_id for t in eligible if t.turn_id in covered))
+            fold = WindowFold(
+                "f",
+                "S: " + q,
+                tuple(t.turn_id for t in eligible if t.turn_id in covered),
+            )
             after = [t for t in eligible if t.turn_id not in covered]
         try:
-            expected = naive_window(model="m", system="sys", turns=after,
-                                    question=question, policy=policy,
-                                    counter=counter, fold=fold)
+            expected = naive_window(
+                model="m",
+                system="sys",
+                turns=after,
+                question=question,
+                policy=policy,
+                counter=counter,
+                fold=fold,
+            )
         except MandatoryInputTooLargeError:
             return
         projected = ledger.project_window(
-            "owner", conversation_id, question=question, system="sys", model="m",
-            policy=policy, token_counter=counter,
+            "owner",
+            conversation_id,
+            question=question,
+            system="sys",
+            model="m",
+            policy=policy,
+            token_counter=counter,
         )
         window = projected.window
         assert window.body == expected[0]

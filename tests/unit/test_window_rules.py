@@ -55,7 +55,7 @@ def body_size(turns: list[WindowTurn], fmt: str = "openai-chat") -> int:
     return len(render_body(fmt, parts))
 
 
-# Floor -------------------------------------------------------------------------
+# Floor --------------------------------------------------------------------------------
 
 
 def test_the_floor_keeps_the_newest_pairs_over_the_token_budget() -> None:
@@ -88,7 +88,7 @@ def test_the_floor_never_breaks_the_count_limit() -> None:
     assert result.dropped.counts() == {"count": 4}
 
 
-# Whole pairs and the stopping rule ----------------------------------------------
+# Whole pairs and the stopping rule ----------------------------------------------------
 
 
 def test_a_too_large_newest_pair_stops_the_window_instead_of_skipping_it() -> None:
@@ -117,7 +117,7 @@ def test_an_answer_is_never_sent_without_its_question() -> None:
         assert roles == ["user", "assistant"] * len(result.kept_turn_ids)
 
 
-# Counts ----------------------------------------------------------------------------
+# Counts -------------------------------------------------------------------------------
 
 
 def test_the_message_limit_decides() -> None:
@@ -132,7 +132,7 @@ def test_the_pair_limit_decides() -> None:
     assert window(turns, policy(max_pairs=3)).kept_turn_ids == ("t2", "t3", "t4")
 
 
-# Bytes -------------------------------------------------------------------------------
+# Bytes --------------------------------------------------------------------------------
 
 
 def test_mandatory_input_over_the_byte_limit_is_a_typed_error() -> None:
@@ -157,7 +157,7 @@ def test_every_byte_limit_is_met_exactly_at_the_boundary(fmt: str) -> None:
     assert one_short.kept_turn_ids == ("t2",)
 
 
-# Tokens --------------------------------------------------------------------------------
+# Tokens -------------------------------------------------------------------------------
 
 
 def test_the_context_window_and_output_reserve_shrink_the_token_budget() -> None:
@@ -175,7 +175,11 @@ def test_the_context_window_and_output_reserve_shrink_the_token_budget() -> None
 
 def test_a_real_tokenizer_can_decide_where_char_over_four_would_not() -> None:
     # 40 CJK characters: 10 tokens by char/4, far more for a real tokenizer.
-    cjk = WindowTurn("cjk", "这是一个关于数据库迁移计划的问题，请详细说明每一个步骤和风险。" * 2, "好")
+    cjk = WindowTurn(
+        "cjk",
+        "这是一个关于数据库迁移计划的问题，请详细说明每一个步骤和风险。" * 2,
+        "好",
+    )
     turns = [turn("old"), cjk]
     rules = policy(max_tokens=30)
     assert window(turns, rules).kept_turn_ids == ("old", "cjk")
@@ -184,7 +188,7 @@ def test_a_real_tokenizer_can_decide_where_char_over_four_would_not() -> None:
     assert real.token_counter == "o200k_base"
 
 
-# Trimming --------------------------------------------------------------------------------
+# Trimming -----------------------------------------------------------------------------
 
 
 def test_history_messages_are_trimmed_with_the_real_omitted_count() -> None:
@@ -217,7 +221,7 @@ def test_trimming_can_let_a_pasted_turn_fit_the_bytes() -> None:
     assert trimmed.byte_length <= limit
 
 
-# The fold ----------------------------------------------------------------------------------
+# The fold -----------------------------------------------------------------------------
 
 
 def test_the_fold_is_sent_as_a_labelled_part_and_replaces_what_it_covers() -> None:
@@ -252,7 +256,7 @@ def test_a_fold_that_does_not_fit_the_bytes_is_reported_not_sent() -> None:
     assert b"Summary of the earlier" not in result.body
 
 
-# The report -----------------------------------------------------------------------------------
+# The report ---------------------------------------------------------------------------
 
 
 def test_nothing_omitted_when_everything_fits() -> None:
@@ -263,8 +267,9 @@ def test_nothing_omitted_when_everything_fits() -> None:
 
 def test_the_report_carries_sizes_and_tokens_but_no_text() -> None:
     secret = "ORCHID-17 is the secret code"
-    result = window([WindowTurn("t1", secret, secret), turn("t2", 4_000, 8)],
-                    policy(max_tokens=100))
+    result = window(
+        [WindowTurn("t1", secret, secret), turn("t2", 4_000, 8)], policy(max_tokens=100)
+    )
     report = result.report()
     assert report["body_bytes"] == len(result.body)
     assert report["estimated_tokens"] == result.estimated_tokens
