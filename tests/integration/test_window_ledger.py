@@ -18,6 +18,7 @@ from domain.errors import (
     TurnDeletedError,
     TurnNotFoundError,
 )
+from infra.persistence import eventsourcing_env, open_conversations
 from infra.settings import Settings
 from projections.formats import FOLD_LABEL
 from projections.policy import WindowPolicy
@@ -319,3 +320,30 @@ def test_folds_survive_snapshots_and_reopening(
     assert after.dropped.counts() == before.dropped.counts()
     assert after.dropped.counts()["fold"] == 140
     assert len(after.dropped_turn_ids) == len(after.dropped)
+
+
+def test_a_cached_aggregate_sees_every_later_write(
+    open_ledger: Callable[[], Conversations], settings: Settings
+) -> None:
+    """With TURNLEDGER_AGGREGATE_CACHE_SIZE, queries fast-forward the cache."""
+    cached_settings = settings.model_copy(update={"aggregate_cache_size": 4})
+    assert eventsourcing_env(cached_settings)["AGGREGATE_CACHE_MAXSIZE"] == "4"
+    reader = open_conversations(cached_settings)
+    try:
+        # On a shared store another application writes; in memory, the same one.
+        writer = reader if settings.persistence == "memory" else open_ledger()
+        conversation_id = writer.start_conversation(OWNER)
+        confirm(writer, conversation_id, "c1")
+        assert project(reader, conversation_id).kept_turn_ids == ("c1",)
+        confirm(writer, conversation_id, "c2")
+        assert project(reader, conversation_id).kept_turn_ids == ("c1", "c2")
+        writer.record_fold(
+            OWNER, conversation_id, covers_through_turn_id="c1", summary="s"
+        )
+        assert project(reader, conversation_id).kept_turn_ids == ("c2",)
+        writer.delete_history(OWNER, conversation_id, turn_ids=["c1"])
+        window = project(reader, conversation_id)
+        assert window.kept_turn_ids == ("c2",) and window.fold_id is None
+        assert not window.omitted
+    finally:
+        reader.close()
