@@ -125,6 +125,7 @@ def build_conversation(ledger: Conversations, texts: Sequence[tuple[str, str]]) 
     conversation_id = ledger.start_conversation(OWNER)
     conversation = ledger.repository.get(conversation_id)
     assert isinstance(conversation, Conversation)
+    intervals = ledger.snapshotting_intervals
     ledger.snapshotting_intervals = {}  # type: ignore[misc]
     keys = ledger.vault._keys  # type: ignore[attr-defined]
     buffered = BufferedKeys(keys)
@@ -154,7 +155,7 @@ def build_conversation(ledger: Conversations, texts: Sequence[tuple[str, str]]) 
         buffered.flush()
         ledger.save(conversation)
     finally:
-        del ledger.snapshotting_intervals  # type: ignore[misc]
+        ledger.snapshotting_intervals = intervals  # type: ignore[misc]
         ledger.vault._keys = keys  # type: ignore[attr-defined]
     ledger.take_snapshot(conversation_id)
     return conversation_id

@@ -246,14 +246,18 @@ class Conversation(Aggregate):
         """
         self.check_version(expected_version)
         if turn_ids is None:
-            targets = [entry.turn_id for entry in self.turns.values() if not entry.deleted]
+            targets = [
+                entry.turn_id for entry in self.turns.values() if not entry.deleted
+            ]
         else:
             unknown = [turn_id for turn_id in turn_ids if turn_id not in self.turns]
             if unknown:
                 raise TurnNotFoundError(self.id, unknown)
-            targets = list(dict.fromkeys(
-                turn_id for turn_id in turn_ids if not self.turns[turn_id].deleted
-            ))
+            targets = list(
+                dict.fromkeys(
+                    turn_id for turn_id in turn_ids if not self.turns[turn_id].deleted
+                )
+            )
         if targets:
             self.trigger_event(
                 self.HistoryDeleted,
@@ -343,7 +347,8 @@ class Conversation(Aggregate):
             self._eligible_count += change
 
     def _add_turn(
-        self, recorded: Conversation.TurnConfirmed | Conversation.TurnAbandoned,
+        self,
+        recorded: Conversation.TurnConfirmed | Conversation.TurnAbandoned,
         status: TurnStatus,
     ) -> None:
         self._count_eligible(1 if status is TurnStatus.CONFIRMED else 0)
@@ -401,4 +406,3 @@ class TurnSizes:
             "question_chars": self.question_chars,
             "answer_chars": self.answer_chars,
         }
-

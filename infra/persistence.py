@@ -80,6 +80,7 @@ def open_conversations(settings: Settings) -> Conversations:
             eventsourcing_env(settings),
             vault=vault,
             max_turn_bytes=settings.max_turn_bytes,
+            snapshot_interval=settings.snapshot_interval,
         )
     except BaseException:
         vault.close()

@@ -9,6 +9,7 @@ from typing import Literal, Self
 from pydantic import Field, NonNegativeInt, PositiveInt, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from domain.application import DEFAULT_SNAPSHOT_INTERVAL
 from domain.text import DEFAULT_MAX_TURN_BYTES
 from projections.formats import WireFormatName
 from projections.policy import DEFAULT_MAX_BYTES, WindowPolicy, check_fold_gap
@@ -34,7 +35,9 @@ class Settings(BaseSettings):
     postgres_dbname: str = "postgres"
     postgres_user: str = "postgres"
     postgres_password: SecretStr = SecretStr("")
-    postgres_schema: str = Field(default="turnledger", pattern=r"^[a-z_][a-z0-9_]{0,62}$")
+    postgres_schema: str = Field(
+        default="turnledger", pattern=r"^[a-z_][a-z0-9_]{0,62}$"
+    )
     postgres_pool_size: PositiveInt = 5
     postgres_connect_timeout: PositiveInt = 5
 
@@ -45,7 +48,7 @@ class Settings(BaseSettings):
     master_key_file: Path | None = None
 
     max_turn_bytes: PositiveInt = DEFAULT_MAX_TURN_BYTES
-    snapshot_interval: PositiveInt = 200
+    snapshot_interval: PositiveInt = DEFAULT_SNAPSHOT_INTERVAL
     # Conversations kept in memory between calls (0: none); see docs/window.md.
     aggregate_cache_size: NonNegativeInt = 0
 

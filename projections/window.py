@@ -180,6 +180,14 @@ class DroppedTurns:
             totals[span.reason] = totals.get(span.reason, 0) + span.count
         return totals
 
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, DroppedTurns):
+            return NotImplemented
+        return list(self) == list(other)
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
     def __repr__(self) -> str:
         return f"DroppedTurns({self.counts()})"
 

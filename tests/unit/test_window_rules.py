@@ -278,3 +278,12 @@ def test_the_report_carries_sizes_and_tokens_but_no_text() -> None:
         {"turn_id": "t2", "reason": "tokens"},
     ]
     assert "ORCHID" not in json.dumps(report)
+
+
+def test_windows_compare_by_content_including_dropped_turns() -> None:
+    turns = [turn("t1"), turn("t2")]
+    first = window(turns, policy(max_pairs=1))
+    again = window(turns, policy(max_pairs=1))
+    assert first == again and hash(first) == hash(again)
+    assert first != window(turns, policy(max_pairs=2))
+    assert first.dropped != window([turn("t0"), turn("t2")], policy(max_pairs=1)).dropped
