@@ -66,22 +66,27 @@ class FoldStatus:
     due: bool
 
 
-def fold_status(
-    conversation: Conversation,
-    threshold_tokens: int,
-    entries: tuple[TurnEntry, ...] | None = None,
-) -> FoldStatus:
+def newest_after_fold(conversation: Conversation) -> Iterator[TurnEntry]:
+    """Turns newest first, down to the current fold's last covered turn.
+
+    A lazy walk over the turn index: it costs the turns it reaches, never the
+    length of the history.
+    """
     fold = conversation.current_fold
-    if entries is None:
-        entries = tuple(conversation.turns.values())
-    start = 0 if fold is None else fold.covered_turns
+    boundary = None if fold is None else fold.covers_through_turn_id
+    for entry in reversed(conversation.turns.values()):
+        if entry.turn_id == boundary:
+            return
+        yield entry
+
+
+def fold_status(conversation: Conversation, threshold_tokens: int) -> FoldStatus:
+    fold = conversation.current_fold
     tokens = 0
-    for index in range(len(entries) - 1, start - 1, -1):
-        entry = entries[index]
+    for entry in newest_after_fold(conversation):
         if entry.eligible:
-            tokens += char_estimate(entry.question_chars) + char_estimate(
-                entry.answer_chars
-            )
+            tokens += char_estimate(entry.question_chars)
+            tokens += char_estimate(entry.answer_chars)
             if tokens > threshold_tokens:
                 break
     return FoldStatus(
@@ -91,6 +96,11 @@ def fold_status(
         threshold_tokens=threshold_tokens,
         due=tokens > threshold_tokens,
     )
+
+
+# A cached aggregate may be fast-forwarded by another thread while a query
+# walks its turn index; the walk then starts again on the newer state.
+_WALK_ATTEMPTS = 3
 
 
 def window_for(
@@ -105,12 +115,39 @@ def window_for(
     read_fold: ReadFold,
 ) -> Window:
     """The window of `conversation` for `question` under `policy`."""
-    # One C-level copy of the turn index (about 0.5 ms per 100,000 turns): the
-    # walk and the lazily listed dropped ids then see one consistent state,
-    # even when a cached aggregate is fast-forwarded by another thread.
-    entries = tuple(conversation.turns.values())
+    for attempt in range(_WALK_ATTEMPTS):
+        try:
+            window = _window_once(
+                conversation,
+                question=question,
+                system=system,
+                model=model,
+                policy=policy,
+                counter=counter,
+                read_texts=read_texts,
+                read_fold=read_fold,
+            )
+        except RuntimeError as error:
+            if "changed size" not in str(error) or attempt == _WALK_ATTEMPTS - 1:
+                raise
+            continue
+        _log_if_bounded(conversation.id, window)
+        return window
+    raise AssertionError("unreachable")
+
+
+def _window_once(
+    conversation: Conversation,
+    *,
+    question: str,
+    system: str,
+    model: str,
+    policy: WindowPolicy,
+    counter: TokenCounter,
+    read_texts: ReadTexts,
+    read_fold: ReadFold,
+) -> Window:
     fold = conversation.current_fold
-    start = 0 if fold is None else fold.covered_turns
     prepared = (
         None
         if fold is None
@@ -127,14 +164,13 @@ def window_for(
     from_metadata = isinstance(counter, CharEstimate)
     limit = policy.max_message_tokens
     sent: dict[str, WindowTurn] = {}
-    walked: list[int] = []
+    walked: list[TurnEntry] = []
 
     def candidates() -> Iterator[PairCandidate]:
-        for index in range(len(entries) - 1, start - 1, -1):
-            entry = entries[index]
+        for entry in newest_after_fold(conversation):
             if not entry.eligible:
                 continue
-            walked.append(index)
+            walked.append(entry)
             if from_metadata and not (
                 needs_trim_by_chars(entry.question_chars, limit)
                 or needs_trim_by_chars(entry.answer_chars, limit)
@@ -158,56 +194,68 @@ def window_for(
 
     plan = plan_in_frame(frame, candidates(), policy)
     kept = len(plan.kept_newest_first)
-    kept_entries = [entries[index] for index in walked[:kept]][::-1]
+    kept_entries = walked[:kept][::-1]
     texts = read_texts([entry for entry in kept_entries if entry.turn_id not in sent])
     sent_turns = [
         sent.get(entry.turn_id) or WindowTurn(entry.turn_id, *texts[entry.turn_id])
         for entry in kept_entries
     ]
-    window = build_window(
+    stopped_at = walked[kept].turn_id if plan.stop_reason is not None else None
+    return build_window(
         frame=frame,
         plan=plan,
         sent_turns=sent_turns,
-        dropped=_dropped(
-            conversation, entries, fold, start, walked, plan.stop_reason, kept
-        ),
+        dropped=_dropped(conversation, fold, plan.stop_reason, stopped_at, kept),
         policy=policy,
         counter=counter,
-        fold_due=fold_status(conversation, policy.fold_threshold_tokens, entries).due,
+        fold_due=fold_status(conversation, policy.fold_threshold_tokens).due,
     )
-    _log_if_bounded(conversation.id, window)
-    return window
 
 
 def _dropped(
     conversation: Conversation,
-    entries: tuple[TurnEntry, ...],
     fold: FoldEntry | None,
-    start: int,
-    walked: list[int],
     stop_reason: str | None,
+    stopped_at: str | None,
     kept: int,
 ) -> DroppedTurns:
-    def eligible_ids(low: int, high: int) -> Callable[[], Iterator[str]]:
-        return lambda: (e.turn_id for e in entries[low:high] if e.eligible)
+    """Spans of dropped turns; their ids are listed only when asked for."""
+    turns = conversation.turns
+
+    def eligible_ids(after: str | None, through: str) -> Callable[[], Iterator[str]]:
+        def ids() -> Iterator[str]:
+            started = after is None
+            for entry in tuple(turns.values()):  # an atomic copy, when asked
+                if not started:
+                    started = entry.turn_id == after
+                    continue
+                if entry.eligible:
+                    yield entry.turn_id
+                if entry.turn_id == through:
+                    return
+
+        return ids
 
     spans = []
     covered = 0
+    boundary = None if fold is None else fold.covers_through_turn_id
     if fold is not None:
         covered = fold.covered_eligible
         spans.append(
             DroppedSpan(
-                "fold", covered, fold.covers_through_turn_id, eligible_ids(0, start)
+                "fold",
+                covered,
+                boundary,
+                eligible_ids(None, fold.covers_through_turn_id),
             )
         )
-    if stop_reason is not None:
-        stop_index = walked[kept]
+    if stop_reason is not None and stopped_at is not None:
         spans.append(
             DroppedSpan(
                 stop_reason,  # type: ignore[arg-type]
                 conversation.eligible_count - covered - kept,
-                entries[stop_index].turn_id,
-                eligible_ids(start, stop_index + 1),
+                stopped_at,
+                eligible_ids(boundary, stopped_at),
             )
         )
     return DroppedTurns(spans)
