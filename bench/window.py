@@ -246,7 +246,7 @@ def part_one(sizes: Sequence[int], naive_max: int) -> None:
 def in_memory_row(size: int, naive_max: int) -> str:
     texts = make_texts(size)
     ledger = open_conversations(
-        Settings(_env_file=None, persistence="memory", aggregate_cache_size=4)
+        Settings(_env_file=None, persistence="memory", query_cache_size=4)
     )
     try:
         conversation_id = build_conversation(ledger, texts)
@@ -309,7 +309,7 @@ def postgres_row(base: Settings, size: int) -> tuple[float, float, float]:
     cold_s = first_call(base, lambda ledger: project(ledger, conversation_id))
     load_s = first_call(base, lambda ledger: ledger.repository.get(conversation_id))
     warm_ledger = open_conversations(
-        base.model_copy(update={"aggregate_cache_size": 4})
+        base.model_copy(update={"query_cache_size": 4})
     )
     try:
         project(warm_ledger, conversation_id)

@@ -28,6 +28,7 @@ from domain.errors import (
     VersionConflictError,
 )
 from domain.ports import TextVault
+from domain.query_cache import QueryCache
 from domain.text import (
     DEFAULT_MAX_TURN_BYTES,
     TextMetrics,
@@ -131,6 +132,7 @@ class Conversations(Application[UUID]):
         vault: TextVault,
         max_turn_bytes: int = DEFAULT_MAX_TURN_BYTES,
         snapshot_interval: int = DEFAULT_SNAPSHOT_INTERVAL,
+        query_cache_size: int = 0,
     ) -> None:
         self.vault = vault
         self.max_turn_bytes = max_turn_bytes
@@ -138,6 +140,13 @@ class Conversations(Application[UUID]):
         # setting shadows the class default without touching other ledgers.
         self.snapshotting_intervals = {Conversation: snapshot_interval}  # type: ignore[misc]
         super().__init__(env)
+        self._query_cache = QueryCache(
+            query_cache_size,
+            load=self.repository.get,
+            newer_events=lambda conversation_id, version: self.events.get(
+                conversation_id, gt=version
+            ),
+        )
 
     def register_transcodings(self, transcoder: JSONTranscoder) -> None:
         super().register_transcodings(transcoder)
@@ -404,15 +413,13 @@ class Conversations(Application[UUID]):
     # Internals ----------------------------------------------------------------
 
     def _read_conversation(self, owner_id: str, conversation_id: UUID) -> Conversation:
-        """For queries only: with an aggregate cache, the cached object itself
-        (no deep copy), which queries must not change."""
+        """For queries only: with a query cache, the cached object itself,
+        which queries must not change."""
         check_identifier("owner_id", owner_id)
         if not isinstance(conversation_id, UUID):
             raise InvalidInputError("conversation_id", "expected a UUID")
         try:
-            conversation: object = self.repository.get(
-                conversation_id, deepcopy_from_cache=False
-            )
+            conversation: object = self._query_cache.get(conversation_id)
         except AggregateNotFoundError:
             raise ConversationNotFoundError(conversation_id) from None
         if not isinstance(conversation, Conversation) or conversation.owner_id != owner_id:

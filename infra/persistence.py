@@ -21,9 +21,6 @@ def eventsourcing_env(settings: Settings) -> dict[str, str]:
         "CREATE_TABLE": "y",
         "IS_SNAPSHOTTING_ENABLED": "y",
     }
-    if settings.aggregate_cache_size:
-        # Queries then fast-forward a cached aggregate instead of reloading it.
-        env["AGGREGATE_CACHE_MAXSIZE"] = str(settings.aggregate_cache_size)
     match settings.persistence:
         case "memory":
             env["PERSISTENCE_MODULE"] = "eventsourcing.popo"
@@ -81,6 +78,7 @@ def open_conversations(settings: Settings) -> Conversations:
             vault=vault,
             max_turn_bytes=settings.max_turn_bytes,
             snapshot_interval=settings.snapshot_interval,
+            query_cache_size=settings.query_cache_size,
         )
     except BaseException:
         vault.close()

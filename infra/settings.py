@@ -49,8 +49,8 @@ class Settings(BaseSettings):
 
     max_turn_bytes: PositiveInt = DEFAULT_MAX_TURN_BYTES
     snapshot_interval: PositiveInt = DEFAULT_SNAPSHOT_INTERVAL
-    # Conversations kept in memory between calls (0: none); see docs/window.md.
-    aggregate_cache_size: NonNegativeInt = 0
+    # Conversations kept in memory for queries (0: none); see docs/window.md.
+    query_cache_size: NonNegativeInt = 0
 
     # The request window (projections/policy.py documents each limit).
     window_format: WireFormatName = "openai-chat"

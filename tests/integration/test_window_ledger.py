@@ -18,7 +18,7 @@ from domain.errors import (
     TurnDeletedError,
     TurnNotFoundError,
 )
-from infra.persistence import eventsourcing_env, open_conversations
+from infra.persistence import open_conversations
 from infra.settings import Settings
 from projections.formats import FOLD_LABEL
 from projections.policy import WindowPolicy
@@ -325,9 +325,8 @@ def test_folds_survive_snapshots_and_reopening(
 def test_a_cached_aggregate_sees_every_later_write(
     open_ledger: Callable[[], Conversations], settings: Settings
 ) -> None:
-    """With TURNLEDGER_AGGREGATE_CACHE_SIZE, queries fast-forward the cache."""
-    cached_settings = settings.model_copy(update={"aggregate_cache_size": 4})
-    assert eventsourcing_env(cached_settings)["AGGREGATE_CACHE_MAXSIZE"] == "4"
+    """With TURNLEDGER_QUERY_CACHE_SIZE, queries fast-forward the cache."""
+    cached_settings = settings.model_copy(update={"query_cache_size": 4})
     reader = open_conversations(cached_settings)
     try:
         # On a shared store another application writes; in memory, the same one.
