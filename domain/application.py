@@ -22,6 +22,7 @@ from domain.conversation import (
 from domain.errors import (
     ConversationNotFoundError,
     InvalidInputError,
+    PurgeIncompleteError,
     TextUnavailableError,
     TurnConflictError,
     TurnDeletedError,
@@ -29,6 +30,7 @@ from domain.errors import (
 )
 from domain.ports import TextVault
 from domain.query_cache import QueryCache
+from domain.purge import PurgeReport, PurgeRunner
 from domain.text import (
     DEFAULT_MAX_TURN_BYTES,
     TextMetrics,
@@ -98,6 +100,7 @@ class DeletionReceipt:
     conversation_id: UUID
     deleted_turn_ids: tuple[str, ...]
     version: int
+    purge: PurgeReport | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +150,7 @@ class Conversations(Application[UUID]):
                 conversation_id, gt=version
             ),
         )
+        self.purge = PurgeRunner(self, vault.purge_view)
 
     def register_transcodings(self, transcoder: JSONTranscoder) -> None:
         super().register_transcodings(transcoder)
@@ -241,13 +245,20 @@ class Conversations(Application[UUID]):
             )
 
         conversation, deleted = self._write(owner_id, conversation_id, attempt)
-        if deleted:
-            self.vault.shred(conversation.id, deleted)
-            # A fold's text was derived from the turns it covers: it goes too.
-            withdrawn = [f.key_id for f in conversation.fold_map().values() if f.withdrawn]
-            if withdrawn:
-                self.vault.shred(conversation.id, withdrawn)
-        return DeletionReceipt(conversation.id, tuple(deleted), conversation.version)
+        # The event is saved: from here the deletion stands. The purge destroys
+        # the keys as a tracked follower of the log, so if it fails or the
+        # process dies now, the next purge run (or start-up) completes it.
+        try:
+            report = self.purge_deleted_history()
+        except Exception as error:
+            raise PurgeIncompleteError(conversation.id) from error
+        return DeletionReceipt(
+            conversation.id, tuple(deleted), conversation.version, purge=report
+        )
+
+    def purge_deleted_history(self) -> PurgeReport:
+        """Destroy the keys of every deleted turn not yet purged; compact the store."""
+        return self.purge.run()
 
     # Queries ------------------------------------------------------------------
 

@@ -10,6 +10,7 @@
     ├── VersionConflictError         the caller's expected version is stale
     ├── TextUnavailableError         sealed text whose key has been destroyed
     ├── FoldConflictError            a fold id is reused, or a fold would cover less
+    ├── PurgeIncompleteError         a deletion is recorded but its purge must be re-run
     └── WindowError                  a request window cannot be built
         └── MandatoryInputTooLargeError  system + current question exceed max_bytes
 
@@ -121,6 +122,18 @@ class FoldConflictError(TurnLedgerError):
         self.conversation_id = conversation_id
         self.fold_id = fold_id
         super().__init__(f"fold {fold_id} of conversation {conversation_id}: {reason}")
+
+
+class PurgeIncompleteError(TurnLedgerError):
+    """Raised when a deletion was recorded but destroying its keys failed."""
+
+    def __init__(self, conversation_id: UUID) -> None:
+        self.conversation_id = conversation_id
+        super().__init__(
+            f"the deletion in conversation {conversation_id} is recorded and its text "
+            "is no longer served, but destroying its keys failed; the purge completes "
+            "on the next deletion, `turnledger purge` or start-up"
+        )
 
 
 class WindowError(TurnLedgerError):

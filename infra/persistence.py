@@ -73,7 +73,7 @@ def open_conversations(settings: Settings) -> Conversations:
         ensure_schema(settings.postgres_conninfo(), settings.postgres_schema)
     vault = KeyVault(key_store(settings), master_key(settings))
     try:
-        return Conversations(
+        ledger = Conversations(
             eventsourcing_env(settings),
             vault=vault,
             max_turn_bytes=settings.max_turn_bytes,
@@ -83,3 +83,11 @@ def open_conversations(settings: Settings) -> Conversations:
     except BaseException:
         vault.close()
         raise
+    try:
+        # Complete any deletion whose purge was interrupted (crash, lost key
+        # store connection) before serving anything.
+        ledger.purge_deleted_history()
+    except BaseException:
+        ledger.close()
+        raise
+    return ledger
