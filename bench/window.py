@@ -233,9 +233,7 @@ def project(ledger: Conversations, conversation_id: UUID) -> bytes:
 
 
 def part_one(sizes: Sequence[int], naive_max: int) -> None:
-    print(
-        "Part 1: naive loop vs project_window (in-memory store, with query cache)"
-    )
+    print("Part 1: naive loop vs project_window (in-memory store, with query cache)")
     print(
         f"{'turns':>8} {'naive s':>10} {'window ms':>10} {'cold ms':>9} {'ratio':>10}"
     )
@@ -308,9 +306,7 @@ def postgres_row(base: Settings, size: int) -> tuple[float, float, float]:
     built = time.perf_counter() - started
     cold_s = first_call(base, lambda ledger: project(ledger, conversation_id))
     load_s = first_call(base, lambda ledger: ledger.repository.get(conversation_id))
-    warm_ledger = open_conversations(
-        base.model_copy(update={"query_cache_size": 4})
-    )
+    warm_ledger = open_conversations(base.model_copy(update={"query_cache_size": 4}))
     try:
         project(warm_ledger, conversation_id)
         warm_s, _ = timed(lambda: project(warm_ledger, conversation_id), 50)

@@ -29,8 +29,8 @@ from domain.errors import (
     VersionConflictError,
 )
 from domain.ports import TextVault
-from domain.query_cache import QueryCache
 from domain.purge import PurgeReport, PurgeRunner
+from domain.query_cache import QueryCache
 from domain.text import (
     DEFAULT_MAX_TURN_BYTES,
     TextMetrics,
@@ -339,7 +339,9 @@ class Conversations(Application[UUID]):
         check_text("system", system, allow_empty=True)
         check_text("model", model)
         if max_bytes is not None and (
-            isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1
+            isinstance(max_bytes, bool)
+            or not isinstance(max_bytes, int)
+            or max_bytes < 1
         ):
             raise InvalidInputError("max_bytes", "must be a positive integer")
         if max_bytes is None and policy is None:
@@ -385,7 +387,9 @@ class Conversations(Application[UUID]):
         metrics = TextMetrics.of(summary)
 
         def attempt(conversation: Conversation) -> None:
-            sealed = self.vault.seal(conversation.id, fold_key_id(fold_id), "summary", summary)
+            sealed = self.vault.seal(
+                conversation.id, fold_key_id(fold_id), "summary", summary
+            )
             conversation.record_fold(
                 fold_id=fold_id,
                 covers_through_turn_id=covers_through_turn_id,
@@ -433,12 +437,17 @@ class Conversations(Application[UUID]):
             conversation: object = self._query_cache.get(conversation_id)
         except AggregateNotFoundError:
             raise ConversationNotFoundError(conversation_id) from None
-        if not isinstance(conversation, Conversation) or conversation.owner_id != owner_id:
+        if (
+            not isinstance(conversation, Conversation)
+            or conversation.owner_id != owner_id
+        ):
             raise ConversationNotFoundError(conversation_id)
         return conversation
 
     def _read_fold(self, conversation: Conversation, fold: FoldEntry) -> str:
-        recorded = next(self._events_between(conversation.id, fold.version, fold.version))
+        recorded = next(
+            self._events_between(conversation.id, fold.version, fold.version)
+        )
         (summary,) = self.vault.open_many(
             conversation.id, [(fold.key_id, "summary", recorded.sealed_summary)]
         )
@@ -599,4 +608,3 @@ class Conversations(Application[UUID]):
         self, conversation_id: UUID, first: int, last: int
     ) -> Iterator[Any]:
         return iter(self.events.get(conversation_id, gt=first - 1, lte=last))
-

@@ -316,9 +316,7 @@ class Conversation(Aggregate):
             return
         wanted = set(deleted_turn_ids)
         first_deleted = next(
-            position
-            for position, turn_id in enumerate(self.turns)
-            if turn_id in wanted
+            position for position, turn_id in enumerate(self.turns) if turn_id in wanted
         )
         covering = [fold.fold_id for fold in live if fold.covered_turns > first_deleted]
         if covering:
@@ -373,7 +371,9 @@ class Conversation(Aggregate):
         """How many turns may be sent: confirmed and not deleted."""
         if "_eligible_count" not in self.__dict__:
             # An aggregate restored from a snapshot taken before the counter.
-            self._eligible_count = sum(1 for entry in self.turns.values() if entry.eligible)
+            self._eligible_count = sum(
+                1 for entry in self.turns.values() if entry.eligible
+            )
         return self._eligible_count
 
     def fold_map(self) -> dict[str, FoldEntry]:

@@ -83,8 +83,17 @@ class FoldEntryAsList(Transcoding):
         ]
 
     def decode(self, data: list[Any]) -> FoldEntry:
-        (fold_id, version, recorded_at, covers_through, covered_turns, covered_eligible,
-         summary_json_bytes, summary_chars, withdrawn_at) = data
+        (
+            fold_id,
+            version,
+            recorded_at,
+            covers_through,
+            covered_turns,
+            covered_eligible,
+            summary_json_bytes,
+            summary_chars,
+            withdrawn_at,
+        ) = data
         return FoldEntry(
             fold_id=fold_id,
             version=version,
