@@ -108,3 +108,13 @@ def test_bad_input_exits_with_a_message(
     )
     assert code == 1
     assert "over the 300-byte budget" in capsys.readouterr().err
+
+
+def test_a_window_budget_under_twice_the_fold_threshold_refuses_to_start(
+    stored: UUID, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("TURNLEDGER_FOLD_THRESHOLD_TOKENS", "2001")
+    code = main(["window", str(stored), "--owner", "ann", "--question", "q"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "invalid settings" in err and "2x the fold threshold (2001)" in err
