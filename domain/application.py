@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from eventsourcing.application import (
     AggregateNotFoundError,
@@ -16,7 +16,14 @@ from eventsourcing.application import (
 from eventsourcing.persistence import IntegrityError, JSONTranscoder, Mapper, Recording
 
 from domain.chain import GENESIS, ChainSealingMapper, RecentDigests, read_link
-from domain.conversation import Conversation, TurnEntry, TurnSizes, TurnStatus
+from domain.conversation import (
+    Conversation,
+    FoldEntry,
+    TurnEntry,
+    TurnSizes,
+    TurnStatus,
+    fold_key_id,
+)
 from domain.errors import (
     ConversationNotFoundError,
     InvalidInputError,
@@ -29,7 +36,8 @@ from domain.errors import (
 )
 from domain.ports import TextVault
 from domain.purge import PurgeReport, PurgeRunner
-from domain.receipt import OPENAI_CHAT, WindowReceipt, openai_chat_policy
+from domain.query_cache import QueryCache
+from domain.receipt import WindowReceipt, parse_receipt_policy, receipt_policy
 from domain.text import (
     DEFAULT_MAX_TURN_BYTES,
     TextMetrics,
@@ -38,15 +46,11 @@ from domain.text import (
     check_text,
     check_turn_size,
 )
-from domain.transcodings import BytesAsBase64, TurnEntryAsList
-from projections.window import (
-    Window,
-    WindowTurn,
-    assemble_window,
-    count_fitting_turns,
-    mandatory_size,
-    turn_cost,
-)
+from domain.transcodings import BytesAsBase64, FoldEntryAsList, TurnEntryAsList
+from domain.windowing import FoldStatus, fold_status, window_for
+from projections.policy import WindowPolicy
+from projections.tokens import CHAR_ESTIMATE, TokenCounter
+from projections.window import Window, resolve_policy
 
 T = TypeVar("T")
 
@@ -129,7 +133,16 @@ class ProjectedWindow:
             ledger_version=self.ledger_version,
             turn_ids=self.window.kept_turn_ids,
             body=self.window.body,
+            fold_id=self.window.fold_id if self.window.fold_sent else None,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class FoldReceipt:
+    conversation_id: UUID
+    fold_id: str
+    covers_through_turn_id: str
+    version: int
 
 
 class Conversations(Application[UUID]):
@@ -147,6 +160,7 @@ class Conversations(Application[UUID]):
         vault: TextVault,
         max_turn_bytes: int = DEFAULT_MAX_TURN_BYTES,
         snapshot_interval: int = DEFAULT_SNAPSHOT_INTERVAL,
+        query_cache_size: int = 0,
     ) -> None:
         self.vault = vault
         self.max_turn_bytes = max_turn_bytes
@@ -155,6 +169,13 @@ class Conversations(Application[UUID]):
         # setting shadows the class default without touching other ledgers.
         self.snapshotting_intervals = {Conversation: snapshot_interval}  # type: ignore[misc]
         super().__init__(env)
+        self._query_cache = QueryCache(
+            query_cache_size,
+            load=self.repository.get,
+            newer_events=lambda conversation_id, version: self.events.get(
+                conversation_id, gt=version
+            ),
+        )
         self.purge = PurgeRunner(self, vault.purge_view)
 
     def construct_mapper(self) -> Mapper[UUID]:
@@ -206,6 +227,7 @@ class Conversations(Application[UUID]):
         super().register_transcodings(transcoder)
         transcoder.register(BytesAsBase64())
         transcoder.register(TurnEntryAsList())
+        transcoder.register(FoldEntryAsList())
 
     def close(self) -> None:
         super().close()
@@ -381,29 +403,44 @@ class Conversations(Application[UUID]):
         question: str,
         system: str,
         model: str,
-        max_bytes: int,
+        max_bytes: int | None = None,
+        policy: WindowPolicy | None = None,
+        token_counter: TokenCounter | None = None,
     ) -> ProjectedWindow:
-        """The request for `question`: the newest whole turns that fit max_bytes.
+        """The request for `question` under `policy` (see projections/window.py).
 
-        Chooses turns from the sizes recorded with them, then reads and
-        decrypts only the turns it keeps. Reads only: nothing is written.
+        Without a policy only `max_bytes` applies; with one, `max_bytes`, when
+        given, overrides the policy's. Chooses turns from the sizes recorded
+        with them, then reads and decrypts only the turns it keeps. Reads
+        only: nothing is written.
         """
         check_text("question", question)
         check_text("system", system, allow_empty=True)
         check_text("model", model)
-        if (
+        if max_bytes is not None and (
             isinstance(max_bytes, bool)
             or not isinstance(max_bytes, int)
             or max_bytes < 1
         ):
             raise InvalidInputError("max_bytes", "must be a positive integer")
-        conversation = self.get_conversation(owner_id, conversation_id)
-        window = self._window_for(
+        if max_bytes is None and policy is None:
+            raise InvalidInputError("max_bytes", "give max_bytes or a policy")
+        if policy is not None and not isinstance(policy, WindowPolicy):
+            raise InvalidInputError("policy", "expected a WindowPolicy")
+        counter = token_counter or CHAR_ESTIMATE
+        if not isinstance(counter, TokenCounter):
+            raise InvalidInputError("token_counter", "expected a TokenCounter")
+        resolved = resolve_policy(policy, max_bytes)
+        conversation = self._read_conversation(owner_id, conversation_id)
+        window = window_for(
             conversation,
             question=question,
             system=system,
             model=model,
-            max_bytes=max_bytes,
+            policy=resolve_policy(policy, max_bytes),
+            counter=counter,
+            read_texts=lambda entries: self._read_texts(conversation, entries),
+            read_fold=lambda fold: self._read_fold(conversation, fold),
         )
         return ProjectedWindow(
             conversation.id,
@@ -411,7 +448,7 @@ class Conversations(Application[UUID]):
             window,
             question=question,
             system=system,
-            policy=openai_chat_policy(model=model, max_bytes=max_bytes),
+            policy=receipt_policy(model=model, policy=resolved, counter=counter.name),
         )
 
     def reapply_policy(
@@ -422,65 +459,130 @@ class Conversations(Application[UUID]):
         question: str,
         system: str,
         texts: Mapping[str, tuple[str, str]] | None = None,
+        token_counters: Mapping[str, TokenCounter] | None = None,
     ) -> Window:
-        """The window `policy` gives for `question` over this state of the ledger.
+        """The window a receipt's `policy` gives for `question` over this state.
 
         `conversation` may be a past version (`repository.get(id, version=v)`):
         this is how an audit re-derives a receipt's body. `texts` (turn id ->
-        question, answer) saves reading the kept turns' texts again.
+        question, answer) saves reading the kept turns' texts again;
+        `token_counters` names the counters an application used besides the
+        built-in estimate.
         """
-        if policy.get("format") != OPENAI_CHAT or set(policy) != {
-            "format",
-            "model",
-            "max_bytes",
-        }:
-            raise InvalidInputError("policy", f"unknown window policy {policy!r}")
-        return self._window_for(
+        model, window_policy, counter_name = parse_receipt_policy(policy)
+        counters = {CHAR_ESTIMATE.name: CHAR_ESTIMATE, **(token_counters or {})}
+        counter = counters.get(counter_name)
+        if counter is None:
+            raise InvalidInputError(
+                "policy", f"token counter {counter_name!r} is not available here"
+            )
+
+        def read_texts(entries: Sequence[TurnEntry]) -> dict[str, tuple[str, str]]:
+            if texts is not None and all(e.turn_id in texts for e in entries):
+                return {e.turn_id: texts[e.turn_id] for e in entries}
+            return self._read_texts(conversation, entries)
+
+        return window_for(
             conversation,
             question=question,
             system=system,
-            model=policy["model"],
-            max_bytes=policy["max_bytes"],
-            texts=texts,
+            model=model,
+            policy=window_policy,
+            counter=counter,
+            read_texts=read_texts,
+            read_fold=lambda fold: self._read_fold(conversation, fold),
         )
+
+    def record_fold(
+        self,
+        owner_id: str,
+        conversation_id: UUID,
+        *,
+        covers_through_turn_id: str,
+        summary: str,
+        fold_id: str | None = None,
+        expected_version: int | None = None,
+    ) -> FoldReceipt:
+        """Record a summary that stands in for every turn up to the given one.
+
+        Written by the application service that made the summary; windows send
+        it instead of the turns it covers. Deleting any covered turn destroys it.
+        """
+        check_identifier("covers_through_turn_id", covers_through_turn_id)
+        check_text("summary", summary)
+        check_turn_size(summary, limit=self.max_turn_bytes)
+        check_expected_version(expected_version)
+        fold_id = check_identifier("fold_id", fold_id or uuid4().hex)
+        metrics = TextMetrics.of(summary)
+
+        def attempt(conversation: Conversation) -> None:
+            sealed = self.vault.seal(
+                conversation.id, fold_key_id(fold_id), "summary", summary
+            )
+            conversation.record_fold(
+                fold_id=fold_id,
+                covers_through_turn_id=covers_through_turn_id,
+                sealed_summary=sealed,
+                summary_json_bytes=metrics.json_bytes,
+                summary_chars=metrics.chars,
+                expected_version=expected_version,
+            )
+
+        conversation, _ = self._write(owner_id, conversation_id, attempt)
+        fold = conversation.fold_map()[fold_id]
+        return FoldReceipt(
+            conversation.id, fold_id, fold.covers_through_turn_id, fold.version
+        )
+
+    def get_fold_status(
+        self, owner_id: str, conversation_id: UUID, *, threshold_tokens: int
+    ) -> FoldStatus:
+        """Whether the turns after the current fold exceed `threshold_tokens`."""
+        if (
+            isinstance(threshold_tokens, bool)
+            or not isinstance(threshold_tokens, int)
+            or threshold_tokens < 1
+        ):
+            raise InvalidInputError("threshold_tokens", "must be a positive integer")
+        return fold_status(
+            self._read_conversation(owner_id, conversation_id), threshold_tokens
+        )
+
+    def get_fold_summary(self, owner_id: str, conversation_id: UUID) -> str | None:
+        """The text of the current fold, or None when there is none."""
+        conversation = self._read_conversation(owner_id, conversation_id)
+        fold = conversation.current_fold
+        return None if fold is None else self._read_fold(conversation, fold)
 
     # Internals ----------------------------------------------------------------
 
-    def _window_for(
-        self,
-        conversation: Conversation,
-        *,
-        question: str,
-        system: str,
-        model: str,
-        max_bytes: int,
-        texts: Mapping[str, tuple[str, str]] | None = None,
-    ) -> Window:
-        newest_first = list(
-            _take_fitting(
-                conversation.eligible_turns_newest_first(),
-                mandatory_bytes=mandatory_size(
-                    model=model, system=system, question=question
-                ),
-                max_bytes=max_bytes,
-            )
+    def _read_conversation(self, owner_id: str, conversation_id: UUID) -> Conversation:
+        """For queries only: with a query cache, the cached object itself,
+        which queries must not change."""
+        check_identifier("owner_id", owner_id)
+        if not isinstance(conversation_id, UUID):
+            raise InvalidInputError("conversation_id", "expected a UUID")
+        try:
+            conversation: object = self._query_cache.get(conversation_id)
+        except AggregateNotFoundError:
+            raise ConversationNotFoundError(conversation_id) from None
+        if (
+            not isinstance(conversation, Conversation)
+            or conversation.owner_id != owner_id
+        ):
+            raise ConversationNotFoundError(conversation_id)
+        return conversation
+
+    def _read_fold(self, conversation: Conversation, fold: FoldEntry) -> str:
+        recorded = next(
+            self._events_between(conversation.id, fold.version, fold.version)
         )
-        kept_entries = newest_first[::-1]
-        if texts is None or any(e.turn_id not in texts for e in kept_entries):
-            texts = self._read_texts(conversation, kept_entries)
-        kept_ids = {entry.turn_id for entry in kept_entries}
-        return assemble_window(
-            model=model,
-            system=system,
-            kept=[WindowTurn(e.turn_id, *texts[e.turn_id]) for e in kept_entries],
-            dropped_turn_ids=tuple(
-                entry.turn_id
-                for entry in conversation.turns.values()
-                if entry.eligible and entry.turn_id not in kept_ids
-            ),
-            question=question,
-            max_bytes=max_bytes,
+        (summary,) = self.vault.open_many(
+            conversation.id, [(fold.key_id, "summary", recorded.sealed_summary)]
         )
+        if summary is None:
+            raise TextUnavailableError(conversation.id, fold.key_id)
+        return summary
 
     def _record_turn(
         self,
@@ -664,20 +766,3 @@ class Conversations(Application[UUID]):
         self, conversation_id: UUID, first: int, last: int
     ) -> Iterator[Any]:
         return iter(self.events.get(conversation_id, gt=first - 1, lte=last))
-
-
-def _take_fitting(
-    newest_first: Iterator[TurnEntry], *, mandatory_bytes: int, max_bytes: int
-) -> Iterator[TurnEntry]:
-    """The newest entries whose recorded sizes fit beside the mandatory input."""
-    entries: list[TurnEntry] = []
-
-    def costs() -> Iterator[int]:
-        for entry in newest_first:
-            entries.append(entry)
-            yield turn_cost(entry.question_json_bytes, entry.answer_json_bytes)
-
-    kept = count_fitting_turns(
-        mandatory_bytes=mandatory_bytes, costs_newest_first=costs(), max_bytes=max_bytes
-    )
-    return iter(entries[:kept])

@@ -57,6 +57,7 @@ from domain.findings import (
     vanished_finding,
 )
 from domain.receipt import WindowReceipt
+from projections.tokens import TokenCounter
 
 __all__ = [
     "ANCHOR_MISMATCH",
@@ -126,9 +127,13 @@ class Auditor:
         *,
         page_size: int = 1000,
         progress: Callable[[int], None] | None = None,
+        token_counters: Mapping[str, TokenCounter] | None = None,
     ) -> None:
+        """`token_counters`: the counters, by name, that windows were built with
+        besides the built-in estimate (receipts name theirs)."""
         self.ledger = ledger
         self.page_size = page_size
+        self.token_counters = dict(token_counters or {})
         self.progress = progress or (lambda count: None)
 
     def total_events(self, conversation_id: UUID | None = None) -> int:
@@ -440,6 +445,16 @@ class Auditor:
                 NOT_REDERIVABLE,
                 f"not re-derivable: turns deleted ({', '.join(deleted)})",
             )
+        if receipt.fold_id is not None:
+            fold = current.fold_map().get(receipt.fold_id)
+            if fold is not None and fold.withdrawn:
+                return _receipt_finding(
+                    conversation_id,
+                    item,
+                    NOT_REDERIVABLE,
+                    f"not re-derivable: turns deleted (covered by fold "
+                    f"{receipt.fold_id}, since withdrawn)",
+                )
         return receipt
 
     def _open_texts(
@@ -509,6 +524,7 @@ class Auditor:
                 question=question,
                 system=system,
                 texts=turn_texts,
+                token_counters=self.token_counters,
             )
         except InvalidInputError as error:
             return finding(RECEIPT_INVALID, error.reason)
@@ -523,7 +539,8 @@ class Auditor:
             return finding(
                 UNREADABLE, f"{type(error).__name__}: sealed text cannot be opened"
             )
-        if not receipt.matches(window.body, window.kept_turn_ids):
+        sent_fold = window.fold_id if window.fold_sent else None
+        if not receipt.matches(window.body, window.kept_turn_ids, sent_fold):
             return finding(
                 RECEIPT_MISMATCH,
                 f"re-derived {len(window.body)} bytes with turns "

@@ -10,6 +10,7 @@
     │   └── TurnDeletedError         a write or read names a turn that was deleted
     ├── VersionConflictError         the caller's expected version is stale
     ├── TextUnavailableError         sealed text whose key has been destroyed
+    ├── FoldConflictError            a fold id is reused, or a fold would cover less
     ├── PurgeIncompleteError         a deletion is recorded but its purge must be re-run
     └── WindowError                  a request window cannot be built
         └── MandatoryInputTooLargeError  system + current question exceed max_bytes
@@ -121,6 +122,15 @@ class TextUnavailableError(TurnLedgerError):
             f"text of turn {turn_id} in conversation {conversation_id} "
             "cannot be read: its key has been destroyed"
         )
+
+
+class FoldConflictError(TurnLedgerError):
+    """Raised when a fold id is taken or a new fold would cover fewer turns."""
+
+    def __init__(self, conversation_id: UUID, fold_id: str, reason: str) -> None:
+        self.conversation_id = conversation_id
+        self.fold_id = fold_id
+        super().__init__(f"fold {fold_id} of conversation {conversation_id}: {reason}")
 
 
 class PurgeIncompleteError(TurnLedgerError):

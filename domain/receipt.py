@@ -20,13 +20,20 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError
+
 from domain.errors import InvalidInputError
+from projections.policy import WindowPolicy
+from projections.tokens import CHAR_ESTIMATE
 
 RECEIPT_FORMAT = 1
 """Version of the receipt document; readers accept this one and older."""
 
 OPENAI_CHAT = "openai-chat"
-"""The policy format of the first window: a chat-completions body by bytes."""
+"""The first policy document: a chat-completions body limited by bytes only."""
+
+WINDOW_POLICY = "window-policy"
+"""A full `WindowPolicy` (projections/policy.py), its model and token counter."""
 
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 _FIELDS = frozenset(
@@ -50,6 +57,7 @@ class WindowReceipt:
     turn_ids: tuple[str, ...]
     body_bytes: int
     body_sha256: str
+    fold_id: str | None = None  # the summary sent in place of older turns, if any
 
     @classmethod
     def of_body(
@@ -59,6 +67,7 @@ class WindowReceipt:
         ledger_version: int,
         turn_ids: tuple[str, ...],
         body: bytes,
+        fold_id: str | None = None,
     ) -> WindowReceipt:
         return cls(
             policy=dict(policy),
@@ -66,11 +75,15 @@ class WindowReceipt:
             turn_ids=tuple(turn_ids),
             body_bytes=len(body),
             body_sha256=hashlib.sha256(body).hexdigest(),
+            fold_id=fold_id,
         )
 
-    def matches(self, body: bytes, turn_ids: tuple[str, ...]) -> bool:
+    def matches(
+        self, body: bytes, turn_ids: tuple[str, ...], fold_id: str | None = None
+    ) -> bool:
         return (
             tuple(turn_ids) == self.turn_ids
+            and fold_id == self.fold_id
             and len(body) == self.body_bytes
             and hashlib.sha256(body).hexdigest() == self.body_sha256
         )
@@ -84,6 +97,7 @@ class WindowReceipt:
             "turn_ids": list(self.turn_ids),
             "body_bytes": self.body_bytes,
             "body_sha256": self.body_sha256,
+            "fold_id": self.fold_id,
         }
 
     @classmethod
@@ -116,18 +130,55 @@ class WindowReceipt:
         body_sha256 = document["body_sha256"]
         if not isinstance(body_sha256, str) or not _SHA256_HEX.fullmatch(body_sha256):
             raise InvalidInputError("window_receipt", "body_sha256 must be SHA-256 hex")
+        fold_id = document.get("fold_id")  # absent in the first receipts
+        if fold_id is not None and not isinstance(fold_id, str):
+            raise InvalidInputError("window_receipt", "fold_id must be a string")
         return cls(
             policy=dict(policy),
             ledger_version=ledger_version,
             turn_ids=tuple(turn_ids),
             body_bytes=body_bytes,
             body_sha256=body_sha256,
+            fold_id=fold_id,
         )
 
 
-def openai_chat_policy(*, model: str, max_bytes: int) -> dict[str, Any]:
-    """The policy document of today's window (system text is stored sealed)."""
-    return {"format": OPENAI_CHAT, "model": model, "max_bytes": max_bytes}
+def receipt_policy(*, model: str, policy: WindowPolicy, counter: str) -> dict[str, Any]:
+    """The policy document a receipt keeps (the system text is stored sealed)."""
+    return {
+        "format": WINDOW_POLICY,
+        "model": model,
+        "token_counter": counter,
+        "policy": policy.model_dump(mode="json"),
+    }
+
+
+def parse_receipt_policy(document: dict[str, Any]) -> tuple[str, WindowPolicy, str]:
+    """(model, policy, token counter name) of a receipt's policy document."""
+    kind = document.get("format")
+    try:
+        if kind == OPENAI_CHAT and set(document) == {"format", "model", "max_bytes"}:
+            return (
+                str(document["model"]),
+                WindowPolicy.bytes_only(document["max_bytes"]),
+                CHAR_ESTIMATE.name,
+            )
+        if kind == WINDOW_POLICY and set(document) == {
+            "format",
+            "model",
+            "token_counter",
+            "policy",
+        }:
+            return (
+                str(document["model"]),
+                WindowPolicy.model_validate(document["policy"]),
+                str(document["token_counter"]),
+            )
+    except ValidationError as error:
+        raise InvalidInputError(
+            "policy", f"not a valid window policy: {error}"
+        ) from None
+    raise InvalidInputError("policy", f"unknown window policy format {kind!r}")
 
 
 def _is_int(value: Any) -> bool:

@@ -15,6 +15,7 @@ from domain.errors import (
 )
 from domain.receipt import RECEIPT_FORMAT, WindowReceipt
 from domain.replay import history_at, version_at
+from projections.policy import WindowPolicy
 
 OWNER = "alice"
 
@@ -114,7 +115,12 @@ def test_a_confirmed_turn_keeps_its_windows_receipt(ledger: Conversations) -> No
     assert receipt == window.receipt()
     assert receipt.ledger_version == 4
     assert receipt.turn_ids == window.window.kept_turn_ids
-    assert receipt.policy == {"format": "openai-chat", "model": "m", "max_bytes": 180}
+    assert receipt.policy == {
+        "format": "window-policy",
+        "model": "m",
+        "token_counter": "char/4",
+        "policy": WindowPolicy.bytes_only(180).model_dump(mode="json"),
+    }
     assert receipt.matches(window.window.body, window.window.kept_turn_ids)
     # Content-free: no text of the conversation or the instructions in it.
     flat = repr(stored.window_receipt)
