@@ -437,7 +437,7 @@ class Conversations(Application[UUID]):
             question=question,
             system=system,
             model=model,
-            policy=resolve_policy(policy, max_bytes),
+            policy=resolved,
             counter=counter,
             read_texts=lambda entries: self._read_texts(conversation, entries),
             read_fold=lambda fold: self._read_fold(conversation, fold),
