@@ -201,7 +201,9 @@ class Conversations(Application[UUID]):
         wanted = None
         if turn_ids is not None:
             if isinstance(turn_ids, str) or not isinstance(turn_ids, Sequence):
-                raise InvalidInputError("turn_ids", "expected a list of turn ids or None")
+                raise InvalidInputError(
+                    "turn_ids", "expected a list of turn ids or None"
+                )
             wanted = [check_identifier("turn_id", turn_id) for turn_id in turn_ids]
 
         def attempt(conversation: Conversation) -> list[str]:
@@ -221,11 +223,14 @@ class Conversations(Application[UUID]):
         if not isinstance(conversation_id, UUID):
             raise InvalidInputError("conversation_id", "expected a UUID")
         try:
-            conversation = self.repository.get(conversation_id)
+            conversation: Conversation = self.repository.get(conversation_id)
         except AggregateNotFoundError:
             raise ConversationNotFoundError(conversation_id) from None
         # Somebody else's conversation is answered exactly like a missing one.
-        if not isinstance(conversation, Conversation) or conversation.owner_id != owner_id:
+        if (
+            not isinstance(conversation, Conversation)
+            or conversation.owner_id != owner_id
+        ):
             raise ConversationNotFoundError(conversation_id)
         return conversation
 
@@ -235,10 +240,14 @@ class Conversations(Application[UUID]):
         """One page of turns, oldest first, deleted ones as placeholders."""
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
             raise InvalidInputError("offset", "must be a non-negative integer")
-        if isinstance(limit, bool) or not isinstance(limit, int) or not (
-            1 <= limit <= MAX_HISTORY_PAGE
+        if (
+            isinstance(limit, bool)
+            or not isinstance(limit, int)
+            or not (1 <= limit <= MAX_HISTORY_PAGE)
         ):
-            raise InvalidInputError("limit", f"must be an integer from 1 to {MAX_HISTORY_PAGE}")
+            raise InvalidInputError(
+                "limit", f"must be an integer from 1 to {MAX_HISTORY_PAGE}"
+            )
         conversation = self.get_conversation(owner_id, conversation_id)
         entries = list(conversation.turns.values())[offset : offset + limit]
         texts = self._read_texts(conversation, [e for e in entries if not e.deleted])
@@ -281,14 +290,22 @@ class Conversations(Application[UUID]):
         check_text("question", question)
         check_text("system", system, allow_empty=True)
         check_text("model", model)
-        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
+        if (
+            isinstance(max_bytes, bool)
+            or not isinstance(max_bytes, int)
+            or max_bytes < 1
+        ):
             raise InvalidInputError("max_bytes", "must be a positive integer")
         conversation = self.get_conversation(owner_id, conversation_id)
-        newest_first = list(_take_fitting(
-            conversation.eligible_turns_newest_first(),
-            mandatory_bytes=mandatory_size(model=model, system=system, question=question),
-            max_bytes=max_bytes,
-        ))
+        newest_first = list(
+            _take_fitting(
+                conversation.eligible_turns_newest_first(),
+                mandatory_bytes=mandatory_size(
+                    model=model, system=system, question=question
+                ),
+                max_bytes=max_bytes,
+            )
+        )
         kept_entries = newest_first[::-1]
         texts = self._read_texts(conversation, kept_entries)
         kept_ids = {entry.turn_id for entry in kept_entries}
@@ -324,7 +341,10 @@ class Conversations(Application[UUID]):
         check_text("answer", answer, allow_empty=status is not TurnStatus.CONFIRMED)
         check_turn_size(question, answer, limit=self.max_turn_bytes)
         check_expected_version(expected_version)
-        question_metrics, answer_metrics = TextMetrics.of(question), TextMetrics.of(answer)
+        question_metrics, answer_metrics = (
+            TextMetrics.of(question),
+            TextMetrics.of(answer),
+        )
         sizes = TurnSizes(
             question_json_bytes=question_metrics.json_bytes,
             answer_json_bytes=answer_metrics.json_bytes,
@@ -336,10 +356,16 @@ class Conversations(Application[UUID]):
             existing = conversation.turns.get(turn_id)
             if existing is not None:
                 return self._replayed_receipt(
-                    conversation, existing, status=status, question=question, answer=answer
+                    conversation,
+                    existing,
+                    status=status,
+                    question=question,
+                    answer=answer,
                 )
             conversation.check_version(expected_version)
-            sealed_question = self.vault.seal(conversation.id, turn_id, "question", question)
+            sealed_question = self.vault.seal(
+                conversation.id, turn_id, "question", question
+            )
             sealed_answer = self.vault.seal(conversation.id, turn_id, "answer", answer)
             if status is TurnStatus.CONFIRMED:
                 conversation.confirm_turn(
@@ -362,7 +388,9 @@ class Conversations(Application[UUID]):
         if replayed is not None:
             return replayed
         entry = conversation.turns[turn_id]
-        return TurnReceipt(conversation.id, turn_id, entry.status, entry.version, entry.recorded_at)
+        return TurnReceipt(
+            conversation.id, turn_id, entry.status, entry.version, entry.recorded_at
+        )
 
     def _replayed_receipt(
         self,
@@ -391,7 +419,10 @@ class Conversations(Application[UUID]):
                 "is already recorded with different content",
             )
         return TurnReceipt(
-            conversation.id, existing.turn_id, existing.status, existing.version,
+            conversation.id,
+            existing.turn_id,
+            existing.status,
+            existing.version,
             existing.recorded_at,
         )
 
@@ -426,7 +457,9 @@ class Conversations(Application[UUID]):
         wanted = {entry.turn_id for entry in entries}
         versions = [entry.version for entry in entries]
         items: list[tuple[str, str, bytes]] = []
-        for recorded in self._events_between(conversation.id, min(versions), max(versions)):
+        for recorded in self._events_between(
+            conversation.id, min(versions), max(versions)
+        ):
             turn_id = getattr(recorded, "turn_id", None)
             if turn_id in wanted:
                 items.append((turn_id, "question", recorded.sealed_question))
@@ -441,7 +474,9 @@ class Conversations(Application[UUID]):
             texts[turn_id] = (question, answer)
         return texts
 
-    def _events_between(self, conversation_id: UUID, first: int, last: int) -> Iterator[Any]:
+    def _events_between(
+        self, conversation_id: UUID, first: int, last: int
+    ) -> Iterator[Any]:
         return iter(self.events.get(conversation_id, gt=first - 1, lte=last))
 
 

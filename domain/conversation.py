@@ -9,11 +9,10 @@ would have to chase.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
-from collections.abc import Iterator
-from typing import Any
 
 from eventsourcing.domain import Aggregate, event
 
@@ -170,14 +169,18 @@ class Conversation(Aggregate):
         """
         self.check_version(expected_version)
         if turn_ids is None:
-            targets = [entry.turn_id for entry in self.turns.values() if not entry.deleted]
+            targets = [
+                entry.turn_id for entry in self.turns.values() if not entry.deleted
+            ]
         else:
             unknown = [turn_id for turn_id in turn_ids if turn_id not in self.turns]
             if unknown:
                 raise TurnNotFoundError(self.id, unknown)
-            targets = list(dict.fromkeys(
-                turn_id for turn_id in turn_ids if not self.turns[turn_id].deleted
-            ))
+            targets = list(
+                dict.fromkeys(
+                    turn_id for turn_id in turn_ids if not self.turns[turn_id].deleted
+                )
+            )
         if targets:
             self.trigger_event(
                 self.HistoryDeleted,
@@ -204,7 +207,8 @@ class Conversation(Aggregate):
     # Mutators (run on every replay: assignment only) --------------------------
 
     def _add_turn(
-        self, recorded: Conversation.TurnConfirmed | Conversation.TurnAbandoned,
+        self,
+        recorded: Conversation.TurnConfirmed | Conversation.TurnAbandoned,
         status: TurnStatus,
     ) -> None:
         self.turns[recorded.turn_id] = TurnEntry(
@@ -240,4 +244,3 @@ class TurnSizes:
             "question_chars": self.question_chars,
             "answer_chars": self.answer_chars,
         }
-

@@ -58,7 +58,9 @@ def check_expected_version(value: Any) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidInputError("expected_version", "must be a positive integer or None")
+        raise InvalidInputError(
+            "expected_version", "must be a positive integer or None"
+        )
     return value
 
 

@@ -41,8 +41,17 @@ class TurnEntryAsList(Transcoding):
         ]
 
     def decode(self, data: list[Any]) -> TurnEntry:
-        (turn_id, status, version, recorded_at, q_bytes, a_bytes, q_chars, a_chars,
-         deleted_at) = data
+        (
+            turn_id,
+            status,
+            version,
+            recorded_at,
+            q_bytes,
+            a_bytes,
+            q_chars,
+            a_chars,
+            deleted_at,
+        ) = data
         return TurnEntry(
             turn_id=turn_id,
             status=TurnStatus(status),

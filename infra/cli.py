@@ -18,7 +18,7 @@ COMMAND_MODULES = [demo]
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="turnledger",
-        description="An event-sourced conversation store with budgeted request windows.",
+        description="An event-sourced conversation store with budgeted windows.",
     )
     subparsers = parser.add_subparsers(dest="command", required=True)
     for module in COMMAND_MODULES:

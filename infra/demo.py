@@ -68,12 +68,19 @@ def run(arguments: argparse.Namespace) -> int:
 
     narrow = _window(ledger, conversation_id, THIRD_QUESTION, NARROW_BYTES)
     rows.append(_window_row("Narrow window", narrow, NARROW_BYTES))
-    checks.append(("narrow window keeps only the newest turn",
-                   narrow.window.kept_turn_ids == ("turn-2",)))
+    checks.append(
+        (
+            "narrow window keeps only the newest turn",
+            narrow.window.kept_turn_ids == ("turn-2",),
+        )
+    )
     checks.append(("narrow window omits the project code", not _mentions_code(narrow)))
 
     ledger.confirm_turn(
-        OWNER, conversation_id, turn_id="turn-3", question=THIRD_QUESTION,
+        OWNER,
+        conversation_id,
+        turn_id="turn-3",
+        question=THIRD_QUESTION,
         answer=THIRD_ANSWER,
     )
     rows.append(_stored_row("Confirm the reply", ledger, conversation_id))
@@ -83,15 +90,25 @@ def run(arguments: argparse.Namespace) -> int:
     wide = _window(ledger, conversation_id, FINAL_QUESTION, WIDE_BYTES)
     rows.append(_window_row("Reopen, wide window", wide, WIDE_BYTES))
     checks.append(("wide window brings the project code back", _mentions_code(wide)))
-    checks.append(("wide window keeps all three turns", len(wide.window.kept_turn_ids) == 3))
+    checks.append(
+        ("wide window keeps all three turns", len(wide.window.kept_turn_ids) == 3)
+    )
 
     before = _fingerprint(ledger, conversation_id, settings)
     huge_question = "Please review this pasted file: " + "x" * WIDE_BYTES
     try:
         _window(ledger, conversation_id, huge_question, WIDE_BYTES)
     except MandatoryInputTooLargeError as error:
-        rows.append(("Oversized question", str(WIDE_BYTES), str(error.required_bytes),
-                     "-", "-", "rejected: mandatory input over budget"))
+        rows.append(
+            (
+                "Oversized question",
+                str(WIDE_BYTES),
+                str(error.required_bytes),
+                "-",
+                "-",
+                "rejected: mandatory input over budget",
+            )
+        )
         checks.append(("oversized question is rejected", True))
     else:
         checks.append(("oversized question is rejected", False))
@@ -101,10 +118,13 @@ def run(arguments: argparse.Namespace) -> int:
     ledger.close()
 
     table = Table(
-        title=f"conversation {conversation_id}", caption="budget and body in UTF-8 bytes"
+        title=f"conversation {conversation_id}",
+        caption="budget and body in UTF-8 bytes",
     )
     for column in ("step", "budget", "body", "kept", "dropped", "note"):
-        table.add_column(column, justify="right" if column in ("budget", "body") else "left")
+        table.add_column(
+            column, justify="right" if column in ("budget", "body") else "left"
+        )
     for row in rows:
         table.add_row(*row)
     console.print(table)
@@ -117,7 +137,11 @@ def _window(
     ledger: Conversations, conversation_id: Any, question: str, max_bytes: int
 ) -> ProjectedWindow:
     return ledger.project_window(
-        OWNER, conversation_id, question=question, system=SYSTEM, model=MODEL,
+        OWNER,
+        conversation_id,
+        question=question,
+        system=SYSTEM,
+        model=MODEL,
         max_bytes=max_bytes,
     )
 
@@ -139,13 +163,17 @@ def _window_row(step: str, projected: ProjectedWindow, budget: int) -> tuple[str
     )
 
 
-def _stored_row(step: str, ledger: Conversations, conversation_id: Any) -> tuple[str, ...]:
+def _stored_row(
+    step: str, ledger: Conversations, conversation_id: Any
+) -> tuple[str, ...]:
     page = ledger.get_history(OWNER, conversation_id)
     stored = ", ".join(item.turn_id for item in page.items)
     return (step, "", "", "", "", f"ledger v{page.version}: {stored}")
 
 
-def _fingerprint(ledger: Conversations, conversation_id: Any, settings: Settings) -> str:
+def _fingerprint(
+    ledger: Conversations, conversation_id: Any, settings: Settings
+) -> str:
     """A digest of the conversation as read back, plus its files on SQLite."""
     digest = hashlib.sha256(repr(ledger.get_history(OWNER, conversation_id)).encode())
     if settings.persistence == "sqlite":

@@ -9,11 +9,15 @@ from uuid import UUID
 
 
 class KeyStore(Protocol):
-    def put_if_absent(self, conversation_id: UUID, turn_id: str, wrapped: bytes) -> bytes:
+    def put_if_absent(
+        self, conversation_id: UUID, turn_id: str, wrapped: bytes
+    ) -> bytes:
         """Store `wrapped` unless the turn has a key; return the stored one."""
         ...
 
-    def get_many(self, conversation_id: UUID, turn_ids: Collection[str]) -> dict[str, bytes]:
+    def get_many(
+        self, conversation_id: UUID, turn_ids: Collection[str]
+    ) -> dict[str, bytes]:
         """The wrapped keys of those turns that still have one."""
         ...
 
@@ -29,11 +33,15 @@ class MemoryKeyStore:
         self._keys: dict[tuple[UUID, str], bytes] = {}
         self._lock = threading.Lock()
 
-    def put_if_absent(self, conversation_id: UUID, turn_id: str, wrapped: bytes) -> bytes:
+    def put_if_absent(
+        self, conversation_id: UUID, turn_id: str, wrapped: bytes
+    ) -> bytes:
         with self._lock:
             return self._keys.setdefault((conversation_id, turn_id), wrapped)
 
-    def get_many(self, conversation_id: UUID, turn_ids: Collection[str]) -> dict[str, bytes]:
+    def get_many(
+        self, conversation_id: UUID, turn_ids: Collection[str]
+    ) -> dict[str, bytes]:
         with self._lock:
             return {
                 turn_id: self._keys[(conversation_id, turn_id)]

@@ -37,24 +37,29 @@ class PostgresKeyStore:
                 ).format(self._table)
             )
 
-    def put_if_absent(self, conversation_id: UUID, turn_id: str, wrapped: bytes) -> bytes:
+    def put_if_absent(
+        self, conversation_id: UUID, turn_id: str, wrapped: bytes
+    ) -> bytes:
         with self._pool.connection() as connection:
             connection.execute(
-                sql.SQL("INSERT INTO {} VALUES (%s, %s, %s) ON CONFLICT DO NOTHING").format(
-                    self._table
-                ),
+                sql.SQL(
+                    "INSERT INTO {} VALUES (%s, %s, %s) ON CONFLICT DO NOTHING"
+                ).format(self._table),
                 (conversation_id, turn_id, wrapped),
             )
             row = connection.execute(
                 sql.SQL(
-                    "SELECT wrapped_key FROM {} WHERE conversation_id = %s AND turn_id = %s"
+                    "SELECT wrapped_key FROM {} "
+                    "WHERE conversation_id = %s AND turn_id = %s"
                 ).format(self._table),
                 (conversation_id, turn_id),
             ).fetchone()
         assert row is not None
         return bytes(row[0])
 
-    def get_many(self, conversation_id: UUID, turn_ids: Collection[str]) -> dict[str, bytes]:
+    def get_many(
+        self, conversation_id: UUID, turn_ids: Collection[str]
+    ) -> dict[str, bytes]:
         with self._pool.connection() as connection:
             rows = connection.execute(
                 sql.SQL(

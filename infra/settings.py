@@ -32,7 +32,9 @@ class Settings(BaseSettings):
     postgres_dbname: str = "postgres"
     postgres_user: str = "postgres"
     postgres_password: SecretStr = SecretStr("")
-    postgres_schema: str = Field(default="turnledger", pattern=r"^[a-z_][a-z0-9_]{0,62}$")
+    postgres_schema: str = Field(
+        default="turnledger", pattern=r"^[a-z_][a-z0-9_]{0,62}$"
+    )
     postgres_pool_size: PositiveInt = 5
     postgres_connect_timeout: PositiveInt = 5
 

@@ -31,25 +31,31 @@ class SQLiteKeyStore:
             self._connection.execute("PRAGMA secure_delete = ON")
             self._connection.execute(_SCHEMA)
 
-    def put_if_absent(self, conversation_id: UUID, turn_id: str, wrapped: bytes) -> bytes:
+    def put_if_absent(
+        self, conversation_id: UUID, turn_id: str, wrapped: bytes
+    ) -> bytes:
         with self._lock:
             self._connection.execute(
                 "INSERT OR IGNORE INTO turn_keys VALUES (?, ?, ?)",
                 (conversation_id.hex, turn_id, wrapped),
             )
             row = self._connection.execute(
-                "SELECT wrapped_key FROM turn_keys WHERE conversation_id = ? AND turn_id = ?",
+                "SELECT wrapped_key FROM turn_keys "
+                "WHERE conversation_id = ? AND turn_id = ?",
                 (conversation_id.hex, turn_id),
             ).fetchone()
         return bytes(row[0])
 
-    def get_many(self, conversation_id: UUID, turn_ids: Collection[str]) -> dict[str, bytes]:
+    def get_many(
+        self, conversation_id: UUID, turn_ids: Collection[str]
+    ) -> dict[str, bytes]:
         found: dict[str, bytes] = {}
         ids = list(turn_ids)
         with self._lock:
             for chunk in _chunks(ids):
                 rows = self._connection.execute(
-                    "SELECT turn_id, wrapped_key FROM turn_keys WHERE conversation_id = ? "
+                    "SELECT turn_id, wrapped_key FROM turn_keys "
+                    "WHERE conversation_id = ? "
                     f"AND turn_id IN ({','.join('?' * len(chunk))})",
                     (conversation_id.hex, *chunk),
                 )

@@ -60,8 +60,12 @@ def _key_context(conversation_id: UUID, turn_id: str) -> bytes:
 
 def _text_context(conversation_id: UUID, turn_id: str, field: str) -> bytes:
     return (
-        b"turnledger/text/v1|" + conversation_id.bytes + b"|"
-        + turn_id.encode() + b"|" + field.encode()
+        b"turnledger/text/v1|"
+        + conversation_id.bytes
+        + b"|"
+        + turn_id.encode()
+        + b"|"
+        + field.encode()
     )
 
 
@@ -83,7 +87,9 @@ class KeyVault:
     def open_many(
         self, conversation_id: UUID, items: Sequence[tuple[str, str, bytes]]
     ) -> list[str | None]:
-        wrapped = self._keys.get_many(conversation_id, {turn_id for turn_id, _, _ in items})
+        wrapped = self._keys.get_many(
+            conversation_id, {turn_id for turn_id, _, _ in items}
+        )
         keys = {
             turn_id: self._unwrap(conversation_id, turn_id, blob)
             for turn_id, blob in wrapped.items()
@@ -123,7 +129,9 @@ class KeyVault:
     def _unwrap(self, conversation_id: UUID, turn_id: str, wrapped: bytes) -> bytes:
         nonce, body = wrapped[:_NONCE_BYTES], wrapped[_NONCE_BYTES:]
         try:
-            return self._master.decrypt(nonce, body, _key_context(conversation_id, turn_id))
+            return self._master.decrypt(
+                nonce, body, _key_context(conversation_id, turn_id)
+            )
         except InvalidTag:
             raise MasterKeyError(
                 f"the key of turn {turn_id} does not open with the configured master "

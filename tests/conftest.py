@@ -23,12 +23,13 @@ from infra.settings import Settings
 from infra.vault import new_master_key
 
 STORES = ["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+DURABLE_STORES = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+durable_stores = pytest.mark.parametrize("settings", DURABLE_STORES, indirect=True)
+"""Marks a test that needs a store which outlives the process."""
 
 
 def _base_postgres_settings() -> Settings:
-    return Settings(
-        _env_file=None, persistence="postgres", master_key=new_master_key()
-    )
+    return Settings(_env_file=None, persistence="postgres", master_key=new_master_key())
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,79 @@
+"""Sealing with per-turn keys: bound to its place, gone when shredded."""
+
+from __future__ import annotations
+
+import os
+import stat
+import uuid
+from pathlib import Path
+
+import pytest
+from cryptography.exceptions import InvalidTag
+
+from infra.keystore import MemoryKeyStore
+from infra.vault import (
+    KeyVault,
+    MasterKeyError,
+    decode_master_key,
+    load_or_create_key_file,
+    new_master_key,
+)
+
+
+def vault(store: MemoryKeyStore | None = None, key: str | None = None) -> KeyVault:
+    return KeyVault(
+        store or MemoryKeyStore(), decode_master_key(key or new_master_key())
+    )
+
+
+def test_sealed_text_opens_only_in_its_own_place() -> None:
+    box, conversation = vault(), uuid.uuid4()
+    sealed = box.seal(conversation, "t1", "question", "secret 中文")
+    assert b"secret" not in sealed
+    assert box.open_many(conversation, [("t1", "question", sealed)]) == ["secret 中文"]
+    box.seal(conversation, "t2", "question", "x")  # t2 gets a key of its own
+    for turn_id, field in (("t2", "question"), ("t1", "answer")):
+        with pytest.raises(InvalidTag):
+            box.open_many(conversation, [(turn_id, field, sealed)])
+
+
+def test_sealing_twice_uses_the_same_key_and_fresh_nonces() -> None:
+    store = MemoryKeyStore()
+    box, conversation = vault(store), uuid.uuid4()
+    first = box.seal(conversation, "t1", "answer", "same")
+    second = box.seal(conversation, "t1", "answer", "same")
+    assert first != second
+    assert box.open_many(
+        conversation, [("t1", "answer", first), ("t1", "answer", second)]
+    ) == ["same", "same"]
+    assert len(store.get_many(conversation, ["t1"])) == 1
+
+
+def test_shredding_a_turn_leaves_the_others_readable() -> None:
+    box, conversation = vault(), uuid.uuid4()
+    one = box.seal(conversation, "t1", "question", "one")
+    two = box.seal(conversation, "t2", "question", "two")
+    assert box.shred(conversation, ["t1", "missing"]) == 1
+    assert box.open_many(
+        conversation, [("t1", "question", one), ("t2", "question", two)]
+    ) == [None, "two"]
+
+
+def test_a_wrong_master_key_is_reported_not_mistaken_for_shredding() -> None:
+    store, conversation = MemoryKeyStore(), uuid.uuid4()
+    sealed = vault(store).seal(conversation, "t1", "question", "text")
+    with pytest.raises(MasterKeyError, match="master key"):
+        vault(store).open_many(conversation, [("t1", "question", sealed)])
+
+
+@pytest.mark.parametrize("encoded", ["not base64!", "c2hvcnQ=", ""])
+def test_malformed_master_keys_are_rejected(encoded: str) -> None:
+    with pytest.raises(MasterKeyError):
+        decode_master_key(encoded)
+
+
+def test_the_default_key_file_is_created_private_and_reused(tmp_path: Path) -> None:
+    path = tmp_path / "data" / "master.key"
+    key = load_or_create_key_file(path)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert load_or_create_key_file(path) == key and len(key) == 32
