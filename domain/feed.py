@@ -90,6 +90,8 @@ class ChangeBatch:
     changes: tuple[Change, ...]
     position: int
     """The log position to resume from: past everything this read looked at."""
+    caught_up: bool
+    """True when the read reached the head of the log."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +160,7 @@ class ConversationFeed:
             )
         mine: list[Notification] = []
         scanned = 0
+        caught_up = False
         while len(mine) < limit and scanned < _MAX_SCANNED_PER_READ:
             page = self._ledger.recorder.select_notifications(
                 start=position + 1, limit=_LOG_PAGE
@@ -169,9 +172,10 @@ class ConversationFeed:
                     if len(mine) == limit:
                         break
             scanned += len(page)
-            if len(page) < _LOG_PAGE:
+            if len(page) < _LOG_PAGE and len(mine) < limit:
+                caught_up = True
                 break
-        return ChangeBatch(tuple(self._describe(mine)), position)
+        return ChangeBatch(tuple(self._describe(mine)), position, caught_up)
 
     # Internals ----------------------------------------------------------------
 

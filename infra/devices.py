@@ -26,6 +26,8 @@ from psycopg_pool import ConnectionPool
 
 from domain.errors import DeviceNotFoundError, InvalidInputError, UnauthenticatedError
 from domain.text import check_identifier, check_text
+from infra.postgres import ensure_schema
+from infra.settings import Settings
 
 TOKEN_PREFIX = "tl1_"
 MAX_DEVICE_NAME_CHARS = 100
@@ -343,3 +345,18 @@ class PostgresDeviceStore:
 
     def close(self) -> None:
         self._pool.close()
+
+
+def open_device_registry(settings: Settings) -> DeviceRegistry:
+    """The device registry for these settings, its table created if needed."""
+    match settings.persistence:
+        case "memory":
+            return DeviceRegistry(MemoryDeviceStore())
+        case "sqlite":
+            settings.data_dir.mkdir(parents=True, exist_ok=True)
+            return DeviceRegistry(SQLiteDeviceStore(settings.data_dir / "devices.sqlite3"))
+        case "postgres":
+            ensure_schema(settings.postgres_conninfo(), settings.postgres_schema)
+            return DeviceRegistry(
+                PostgresDeviceStore(settings.postgres_conninfo(), settings.postgres_schema)
+            )

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Literal, Self
 
-from pydantic import Field, PositiveInt, SecretStr, model_validator
+from pydantic import Field, PositiveFloat, PositiveInt, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from domain.text import DEFAULT_MAX_TURN_BYTES
@@ -46,6 +46,15 @@ class Settings(BaseSettings):
 
     max_turn_bytes: PositiveInt = DEFAULT_MAX_TURN_BYTES
     snapshot_interval: PositiveInt = 200
+
+    # HTTP service (`turnledger serve`). The body limit leaves room for a turn at
+    # max_turn_bytes even when JSON escaping inflates it (a control character
+    # becomes six bytes), so it is checked on the raw request before parsing.
+    http_host: str = "127.0.0.1"
+    http_port: PositiveInt = 8000
+    http_max_body_bytes: PositiveInt = 8 * 1_048_576
+    sync_max_wait_seconds: PositiveFloat = 30.0
+    sync_poll_interval_seconds: PositiveFloat = 0.05
 
     @model_validator(mode="after")
     def _check_cross_field_rules(self) -> Self:

@@ -1,0 +1,66 @@
+"""What the routes share: the ledger, the change feed, devices, cursors, signals."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from uuid import UUID
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from domain.application import Conversations
+from domain.feed import ConversationFeed
+from infra.devices import Device, DeviceRegistry
+from infra.http.cursor import CursorCodec
+from infra.http.notifier import ChangeSignal
+from infra.settings import Settings
+
+
+class ConversationLocks:
+    """Serialises this process's writes to one conversation.
+
+    The ledger already survives racing writers by reloading and retrying, but
+    with many devices writing to one conversation most attempts would lose the
+    race; queueing them here turns that into one attempt each. Writers in other
+    processes still race and are still retried by the ledger.
+    """
+
+    def __init__(self, stripes: int = 256) -> None:
+        self._locks = [threading.Lock() for _ in range(stripes)]
+
+    def __call__(self, conversation_id: UUID) -> threading.Lock:
+        return self._locks[conversation_id.int % len(self._locks)]
+
+
+@dataclass
+class Service:
+    settings: Settings
+    ledger: Conversations
+    registry: DeviceRegistry
+    cursors: CursorCodec
+    feed: ConversationFeed = field(init=False)
+    signal: ChangeSignal = field(default_factory=ChangeSignal)
+    locks: ConversationLocks = field(default_factory=ConversationLocks)
+
+    def __post_init__(self) -> None:
+        self.feed = ConversationFeed(self.ledger)
+
+
+def get_service(request: Request) -> Service:
+    service: Service = request.app.state.service
+    return service
+
+
+_bearer = HTTPBearer(
+    auto_error=False,
+    description="a device token from `turnledger device add` or POST /v1/devices",
+)
+
+
+def current_device(
+    service: Service = Depends(get_service),
+    credentials: HTTPAuthorizationCredentials | None = Depends(_bearer),
+) -> Device:
+    """The calling device; 401 for a missing, unknown or revoked token."""
+    return service.registry.authenticate(credentials.credentials if credentials else None)
