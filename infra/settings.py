@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Literal, Self
 
-from pydantic import Field, PositiveFloat, PositiveInt, SecretStr, model_validator
+from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from domain.text import DEFAULT_MAX_TURN_BYTES
@@ -55,6 +55,8 @@ class Settings(BaseSettings):
     http_max_body_bytes: PositiveInt = 8 * 1_048_576
     sync_max_wait_seconds: PositiveFloat = 30.0
     sync_poll_interval_seconds: PositiveFloat = 0.05
+    # Conversations the service keeps in memory between requests (0: none).
+    http_aggregate_cache_size: NonNegativeInt = 1000
 
     @model_validator(mode="after")
     def _check_cross_field_rules(self) -> Self:

@@ -40,7 +40,9 @@ def create_app(
     """
     owned_ledger = ledger is None
     owned_registry = registry is None
-    ledger = ledger or open_conversations(settings)
+    ledger = ledger or open_conversations(
+        settings, aggregate_cache_size=settings.http_aggregate_cache_size
+    )
     registry = registry or open_device_registry(settings)
     service = Service(
         settings=settings,
