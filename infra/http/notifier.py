@@ -40,7 +40,10 @@ class ChangeSignal:
         self._event = asyncio.Event()
 
     def current(self) -> asyncio.Event:
-        assert self._event is not None, "ChangeSignal.bind() was not called"
+        """The event the next change will set; call it from the event loop."""
+        if self._event is None:  # served without a lifespan (some test clients)
+            self.bind(asyncio.get_running_loop())
+        assert self._event is not None
         return self._event
 
     def fire(self) -> None:

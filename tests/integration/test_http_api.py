@@ -1,0 +1,235 @@
+"""The HTTP edge on every store: bad input is a 4xx with a JSON error that says
+what is wrong, never a 500 and never a partial write."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID, uuid4
+
+import pytest
+from fastapi.testclient import TestClient
+
+from infra.http.app import create_app
+from infra.settings import Settings
+
+LIMIT = 4_096
+
+
+@dataclass
+class Api:
+    http: TestClient
+    token: str
+    conversation: str
+
+    @property
+    def auth(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+    def head(self) -> int:
+        return int(self.http.app.state.service.feed.head_position())  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def api(settings: Settings) -> Iterator[Api]:
+    app = create_app(settings.model_copy(update={"http_max_body_bytes": LIMIT}))
+    with TestClient(app) as http:
+        token = app.state.service.registry.add("alice", "phone").token
+        created = http.post("/v1/conversations", headers={"Authorization": f"Bearer {token}"})
+        api = Api(http, token, created.json()["conversation_id"])
+        put = http.put(f"/v1/conversations/{api.conversation}/turns/t1", headers=api.auth,
+                       json={"question": "Hello?", "answer": "Hi."})
+        assert put.status_code == 200
+        yield api
+
+
+def turn_url(api: Api, turn_id: str = "t2", conversation: str | None = None) -> str:
+    return f"/v1/conversations/{conversation or api.conversation}/turns/{turn_id}"
+
+
+JSON = {"content-type": "application/json"}
+BAD_BODIES = [
+    ("malformed_json", b'{"question": "unterminated'),
+    ("malformed_json", b"\xff\xfe not utf-8"),
+    ("invalid_request", b'["a", "list"]'),
+    ("invalid_request", b'{"question": 5, "answer": "a"}'),
+    ("invalid_request", b'{"question": "q", "answer": "a", "expected_version": "2"}'),
+    ("invalid_request", b'{"question": "q", "answer": "a", "status": "maybe"}'),
+    ("invalid_request", b'{"question": "q", "answer": "a", "surprise": 1}'),
+    ("invalid_request", b'{"answer": "a"}'),
+    ("invalid_input", b'{"question": "lone \\ud800 surrogate", "answer": "a"}'),
+    ("invalid_input", b'{"question": "   ", "answer": "a"}'),
+    ("invalid_input", b'{"question": "q", "answer": ""}'),
+]
+
+
+@pytest.mark.parametrize(("code", "body"), BAD_BODIES)
+def test_a_bad_turn_body_is_a_422_that_says_why_and_writes_nothing(
+    api: Api, code: str, body: bytes
+) -> None:
+    before = api.head()
+    response = api.http.put(turn_url(api), headers={**api.auth, **JSON}, content=body)
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert error["code"] == code and error["message"]
+    assert api.head() == before
+
+
+def test_an_oversized_body_is_a_413_before_anything_is_parsed(api: Api) -> None:
+    before = api.head()
+    big = json.dumps({"question": "q" * LIMIT, "answer": "a"}).encode()
+    declared = api.http.put(turn_url(api), headers={**api.auth, **JSON}, content=big)
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: counted as it arrives
+        yield big[:100]
+        yield big[100:]
+
+    streamed = api.http.put(turn_url(api), headers={**api.auth, **JSON}, content=chunks())
+    for response in (declared, streamed):
+        assert response.status_code == 413
+        assert response.json()["error"]["code"] == "body_too_large"
+        assert str(LIMIT) in response.json()["error"]["message"]
+    assert api.head() == before
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [{}, {"Authorization": "Bearer nope"}, {"Authorization": "Basic YTpi"},
+     {"Authorization": "Bearer"}],
+)
+def test_a_missing_or_bad_token_is_a_401_and_writes_nothing(
+    api: Api, headers: dict[str, str]
+) -> None:
+    before = api.head()
+    for response in (
+        api.http.put(turn_url(api), headers=headers, json={"question": "q", "answer": "a"}),
+        api.http.post("/v1/conversations", headers=headers),
+        api.http.get("/v1/sync", headers=headers),
+    ):
+        assert response.status_code == 401
+        assert response.json()["error"]["code"] == "unauthenticated"
+    assert api.head() == before
+
+
+def test_unknown_ids_are_404s_and_malformed_ids_are_422s(api: Api) -> None:
+    missing = str(uuid4())
+    assert api.http.get(f"/v1/conversations/{missing}", headers=api.auth).status_code == 404
+    assert api.http.put(turn_url(api, conversation=missing), headers=api.auth,
+                        json={"question": "q", "answer": "a"}).status_code == 404
+    gone = api.http.post(f"/v1/conversations/{api.conversation}/deletions",
+                         headers=api.auth, json={"turn_ids": ["t1", "nope"]})
+    assert gone.status_code == 404 and gone.json()["error"]["code"] == "turn_not_found"
+    for url in ("/v1/conversations/not-a-uuid", turn_url(api, turn_id="bad id!")):
+        response = api.http.get(url, headers=api.auth) if "turns" not in url else \
+            api.http.put(url, headers=api.auth, json={"question": "q", "answer": "a"})
+        assert response.status_code == 422
+        assert response.json()["error"]["details"]
+    assert api.http.delete("/v1/devices/dev_nope", headers=api.auth).status_code == 404
+
+
+@pytest.mark.parametrize(
+    "params",
+    [{"since": "c1.bogus"}, {"since": "x" * 300}, {"limit": 0}, {"limit": 100_000},
+     {"timeout": -1}, {"timeout": "soon"}],
+)
+def test_bad_sync_parameters_are_422s(api: Api, params: dict[str, Any]) -> None:
+    response = api.http.get("/v1/sync", headers=api.auth, params=params)
+    assert response.status_code == 422
+    assert response.json()["error"]["code"] in ("invalid_input", "invalid_request")
+
+
+def test_a_retried_confirmation_returns_the_same_receipt_and_writes_nothing(
+    api: Api,
+) -> None:
+    body = {"question": "Again?", "answer": "Again."}
+    first = api.http.put(turn_url(api), headers=api.auth, json=body)
+    head = api.head()
+    second = api.http.put(turn_url(api), headers=api.auth, json=body)
+    assert first.status_code == second.status_code == 200
+    assert first.json() == second.json()
+    assert api.head() == head
+    changed = api.http.put(turn_url(api), headers=api.auth,
+                           json={"question": "Again?", "answer": "Different."})
+    assert changed.status_code == 409 and changed.json()["error"]["code"] == "turn_conflict"
+    api.http.post(f"/v1/conversations/{api.conversation}/deletions", headers=api.auth,
+                  json={"turn_ids": ["t2"]})
+    deleted = api.http.put(turn_url(api), headers=api.auth, json=body)
+    assert deleted.status_code == 409 and deleted.json()["error"]["code"] == "turn_deleted"
+
+
+def test_a_stale_expected_version_is_a_409_with_the_current_version(api: Api) -> None:
+    stale = api.http.put(turn_url(api), headers=api.auth,
+                         json={"question": "q", "answer": "a", "expected_version": 1})
+    assert stale.status_code == 409
+    assert stale.json()["error"] == {**stale.json()["error"], "code": "version_conflict",
+                                     "current_version": 2}
+    fresh = api.http.put(turn_url(api), headers=api.auth,
+                         json={"question": "q", "answer": "a", "expected_version": 2})
+    assert fresh.status_code == 200 and fresh.json()["version"] == 3
+
+
+def test_the_window_endpoint_returns_the_exact_request_body(api: Api) -> None:
+    url = f"/v1/conversations/{api.conversation}/window"
+    request = {"question": "Next?", "system": "Be brief.", "model": "m", "max_bytes": 500}
+    window = api.http.post(url, headers=api.auth, json=request)
+    assert window.status_code == 200, window.text
+    out = window.json()
+    body = out["body"].encode("utf-8")
+    assert len(body) == out["byte_length"] <= 500
+    assert json.loads(body)["messages"][-1] == {"role": "user", "content": "Next?"}
+    assert out["kept_turn_ids"] == ["t1"] and out["ledger_version"] == 2
+    too_small = api.http.post(url, headers=api.auth, json={**request, "max_bytes": 10})
+    assert too_small.status_code == 422
+    assert too_small.json()["error"]["code"] == "window_error"
+
+
+def test_deletion_needs_exactly_one_target(api: Api) -> None:
+    url = f"/v1/conversations/{api.conversation}/deletions"
+    before = api.head()
+    for body in ({}, {"turn_ids": ["t1"], "whole_history": True}):
+        response = api.http.post(url, headers=api.auth, json=body)
+        assert response.status_code == 422
+    assert api.head() == before
+    whole = api.http.post(url, headers=api.auth, json={"whole_history": True})
+    assert whole.status_code == 200 and whole.json()["deleted_turn_ids"] == ["t1"]
+
+
+def test_a_long_poll_wakes_when_the_ledger_is_written_outside_the_service(
+    api: Api,
+) -> None:
+    cursor = api.http.get("/v1/sync", headers=api.auth).json()["next_cursor"]
+    ledger = api.http.app.state.service.ledger  # type: ignore[attr-defined]
+    conversation = ledger.get_conversation("alice", UUID(api.conversation)).id
+
+    def write_later() -> None:
+        time.sleep(0.3)
+        ledger.confirm_turn("alice", conversation, turn_id="direct", question="q",
+                            answer="a")
+
+    writer = threading.Thread(target=write_later)
+    began = time.monotonic()
+    writer.start()
+    response = api.http.get("/v1/sync", headers=api.auth,
+                            params={"since": cursor, "timeout": 10})
+    waited = time.monotonic() - began
+    writer.join()
+    assert [c["turn_id"] for c in response.json()["changes"]] == ["direct"]
+    assert 0.3 <= waited < 5
+
+
+def test_devices_of_one_user_manage_each_other(api: Api) -> None:
+    added = api.http.post("/v1/devices", headers=api.auth, json={"name": "laptop"})
+    assert added.status_code == 201
+    laptop = {"Authorization": f"Bearer {added.json()['token']}"}
+    assert api.http.get("/v1/conversations", headers=laptop).json()["conversations"][0][
+        "conversation_id"] == api.conversation
+    names = [d["name"] for d in api.http.get("/v1/devices", headers=laptop).json()["devices"]]
+    assert sorted(names) == ["laptop", "phone"]
+    revoked = api.http.delete(f"/v1/devices/{added.json()['device']['device_id']}",
+                              headers=api.auth)
+    assert revoked.status_code == 200
+    assert api.http.get("/v1/conversations", headers=laptop).status_code == 401
