@@ -82,7 +82,9 @@ class OtherChange:
     event_type: str
 
 
-Change = ConversationStartedChange | TurnRecordedChange | HistoryDeletedChange | OtherChange
+Change = (
+    ConversationStartedChange | TurnRecordedChange | HistoryDeletedChange | OtherChange
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,8 +154,10 @@ class ConversationFeed:
         """The owner's changes after `position`, in log order, at most `limit`."""
         if isinstance(position, bool) or not isinstance(position, int) or position < 0:
             raise InvalidInputError("position", "must be a non-negative integer")
-        if isinstance(limit, bool) or not isinstance(limit, int) or not (
-            1 <= limit <= MAX_CHANGES_PER_READ
+        if (
+            isinstance(limit, bool)
+            or not isinstance(limit, int)
+            or not (1 <= limit <= MAX_CHANGES_PER_READ)
         ):
             raise InvalidInputError(
                 "limit", f"must be an integer from 1 to {MAX_CHANGES_PER_READ}"
@@ -193,9 +197,9 @@ class ConversationFeed:
                     start=start + 1, limit=_LOG_PAGE, topics=[STARTED_TOPIC]
                 )
                 for notification in page:
-                    started = self._ledger.mapper.to_domain_event(notification)
+                    started = self._decode(notification)
                     self._index.add(
-                        started.owner_id,  # type: ignore[attr-defined]
+                        started.owner_id,
                         ConversationSummary(
                             _as_uuid(notification.originator_id), started.timestamp
                         ),
@@ -205,8 +209,12 @@ class ConversationFeed:
                     break
             self._index.scanned_position = start
 
+    def _decode(self, notification: Notification) -> Any:
+        """The domain event; typed loosely, as its class depends on the topic."""
+        return self._ledger.mapper.to_domain_event(notification)
+
     def _describe(self, notifications: Sequence[Notification]) -> Iterable[Change]:
-        events = [self._ledger.mapper.to_domain_event(n) for n in notifications]
+        events = [self._decode(n) for n in notifications]
         texts = self._open_texts(events)
         for recorded in events:
             conversation_id = _as_uuid(recorded.originator_id)
@@ -217,7 +225,9 @@ class ConversationFeed:
             }
             if isinstance(recorded, Conversation.Started):
                 yield ConversationStartedChange(**common)
-            elif isinstance(recorded, Conversation.TurnConfirmed | Conversation.TurnAbandoned):
+            elif isinstance(
+                recorded, Conversation.TurnConfirmed | Conversation.TurnAbandoned
+            ):
                 status = (
                     TurnStatus.CONFIRMED
                     if isinstance(recorded, Conversation.TurnConfirmed)
@@ -242,7 +252,9 @@ class ConversationFeed:
             else:
                 yield OtherChange(**common, event_type=type(recorded).__qualname__)
 
-    def _open_texts(self, events: Sequence[Any]) -> dict[tuple[UUID, str], tuple[str, str]]:
+    def _open_texts(
+        self, events: Sequence[Any]
+    ) -> dict[tuple[UUID, str], tuple[str, str]]:
         """Decrypt the turns' texts, then drop those of turns deleted by now.
 
         The order matters: deletion records its event before destroying keys,
@@ -251,7 +263,9 @@ class ConversationFeed:
         """
         sealed_by_conversation: dict[UUID, list[tuple[str, str, bytes]]] = {}
         for recorded in events:
-            if isinstance(recorded, Conversation.TurnConfirmed | Conversation.TurnAbandoned):
+            if isinstance(
+                recorded, Conversation.TurnConfirmed | Conversation.TurnAbandoned
+            ):
                 items = sealed_by_conversation.setdefault(
                     _as_uuid(recorded.originator_id), []
                 )
@@ -265,7 +279,7 @@ class ConversationFeed:
                 if question is not None and answer is not None:
                     texts[(conversation_id, items[index][0])] = (question, answer)
         for conversation_id in sealed_by_conversation:
-            conversation = self._ledger.repository.get(conversation_id)
+            conversation: object = self._ledger.repository.get(conversation_id)
             assert isinstance(conversation, Conversation)
             for turn_id, entry in conversation.turns.items():
                 if entry.deleted:

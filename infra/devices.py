@@ -215,7 +215,8 @@ class SQLiteDeviceStore:
     def insert(self, device: Device, token_digest: bytes) -> None:
         with self._lock:
             self._connection.execute(
-                f"INSERT INTO devices ({_COLUMNS}, token_digest) VALUES (?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO devices ({_COLUMNS}, token_digest) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
                 (
                     device.device_id,
                     device.user_id,
@@ -274,7 +275,11 @@ class PostgresDeviceStore:
     def __init__(self, conninfo: str, schema: str, *, pool_size: int = 4) -> None:
         self._table = sql.Identifier(schema, "devices")
         self._pool = ConnectionPool(
-            conninfo, min_size=1, max_size=pool_size, open=True, name="turnledger-devices"
+            conninfo,
+            min_size=1,
+            max_size=pool_size,
+            open=True,
+            name="turnledger-devices",
         )
         with self._pool.connection() as connection:
             connection.execute(
@@ -296,15 +301,22 @@ class PostgresDeviceStore:
                     "INSERT INTO {} (" + _COLUMNS + ", token_digest) "
                     "VALUES (%s, %s, %s, %s, NULL, %s)"
                 ).format(self._table),
-                (device.device_id, device.user_id, device.name, device.created_at,
-                 token_digest),
+                (
+                    device.device_id,
+                    device.user_id,
+                    device.name,
+                    device.created_at,
+                    token_digest,
+                ),
             )
 
     def find_by_digest(self, token_digest: bytes) -> tuple[Device, bytes] | None:
         with self._pool.connection() as connection:
             row = connection.execute(
                 sql.SQL(
-                    "SELECT " + _COLUMNS + ", token_digest FROM {} WHERE token_digest = %s"
+                    "SELECT "
+                    + _COLUMNS
+                    + ", token_digest FROM {} WHERE token_digest = %s"
                 ).format(self._table),
                 (token_digest,),
             ).fetchone()
@@ -354,9 +366,13 @@ def open_device_registry(settings: Settings) -> DeviceRegistry:
             return DeviceRegistry(MemoryDeviceStore())
         case "sqlite":
             settings.data_dir.mkdir(parents=True, exist_ok=True)
-            return DeviceRegistry(SQLiteDeviceStore(settings.data_dir / "devices.sqlite3"))
+            return DeviceRegistry(
+                SQLiteDeviceStore(settings.data_dir / "devices.sqlite3")
+            )
         case "postgres":
             ensure_schema(settings.postgres_conninfo(), settings.postgres_schema)
             return DeviceRegistry(
-                PostgresDeviceStore(settings.postgres_conninfo(), settings.postgres_schema)
+                PostgresDeviceStore(
+                    settings.postgres_conninfo(), settings.postgres_schema
+                )
             )

@@ -6,7 +6,14 @@ import os
 from pathlib import Path
 from typing import Literal, Self
 
-from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, SecretStr, model_validator
+from pydantic import (
+    Field,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    SecretStr,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from domain.text import DEFAULT_MAX_TURN_BYTES

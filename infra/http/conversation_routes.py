@@ -33,27 +33,39 @@ from infra.http.schemas import (
 )
 from infra.http.service import Service, current_device, get_service
 
-router = APIRouter(prefix="/v1/conversations", tags=["conversations"], responses=ERROR_RESPONSES)
+router = APIRouter(
+    prefix="/v1/conversations", tags=["conversations"], responses=ERROR_RESPONSES
+)
 
 ConversationId = Annotated[UUID, Path(description="the conversation's id")]
 TurnId = Annotated[
     str,
-    Path(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@-]*$",
-         description="the client's id for this turn: the idempotency key"),
+    Path(
+        min_length=1,
+        max_length=128,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@-]*$",
+        description="the client's id for this turn: the idempotency key",
+    ),
 ]
 CurrentDevice = Annotated[Device, Depends(current_device)]
 CurrentService = Annotated[Service, Depends(get_service)]
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=ConversationCreatedOut)
-def start_conversation(device: CurrentDevice, service: CurrentService) -> ConversationCreatedOut:
+@router.post(
+    "", status_code=status.HTTP_201_CREATED, response_model=ConversationCreatedOut
+)
+def start_conversation(
+    device: CurrentDevice, service: CurrentService
+) -> ConversationCreatedOut:
     conversation_id = service.ledger.start_conversation(device.user_id)
     service.signal.fire()
     return ConversationCreatedOut(conversation_id=conversation_id, version=1)
 
 
 @router.get("", response_model=ConversationListOut)
-def list_conversations(device: CurrentDevice, service: CurrentService) -> ConversationListOut:
+def list_conversations(
+    device: CurrentDevice, service: CurrentService
+) -> ConversationListOut:
     return ConversationListOut(
         conversations=[
             ConversationSummaryOut(

@@ -28,7 +28,10 @@ _MAX_CURSOR_CHARS = 200
 class CursorCodec:
     def __init__(self, master_key: bytes) -> None:
         key = HKDF(
-            algorithm=hashes.SHA256(), length=32, salt=None, info=b"turnledger/cursor/v1"
+            algorithm=hashes.SHA256(),
+            length=32,
+            salt=None,
+            info=b"turnledger/cursor/v1",
         ).derive(master_key)
         self._aead = AESGCM(key)
 

@@ -83,11 +83,10 @@ def error_response(
 
 
 def ledger_error_response(error: TurnLedgerError) -> ErrorJSONResponse:
-    for error_type, status, code in _STATUS:
-        if isinstance(error, error_type):
-            break
-    else:
-        status, code = 400, "bad_request"
+    status, code = next(
+        ((status, code) for kind, status, code in _STATUS if isinstance(error, kind)),
+        (400, "bad_request"),
+    )
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
     return error_response(
         status,
@@ -108,8 +107,10 @@ def install_error_handlers(app: FastAPI) -> None:
         assert isinstance(error, RequestValidationError)
         details = [
             {
-                "location": [str(part) if not isinstance(part, int) else part
-                             for part in item.get("loc", ())],
+                "location": [
+                    str(part) if not isinstance(part, int) else part
+                    for part in item.get("loc", ())
+                ],
                 "message": str(item.get("msg", "")),
                 "type": str(item.get("type", "")),
             }

@@ -9,7 +9,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from infra.http.errors import error_response
 
 
-
 class BodySizeLimit:
     """Reject bodies over `max_bytes` with 413, by Content-Length or by count.
 

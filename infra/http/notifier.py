@@ -14,6 +14,7 @@ and nothing else.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 from collections.abc import Callable
@@ -51,10 +52,9 @@ class ChangeSignal:
         loop = self._loop
         if loop is None or loop.is_closed():
             return
-        try:
+        # RuntimeError: the loop closed meanwhile, so nobody is waiting.
+        with contextlib.suppress(RuntimeError):
             loop.call_soon_threadsafe(self._fire_in_loop)
-        except RuntimeError:  # the loop closed meanwhile: nobody is waiting
-            pass
 
     def _fire_in_loop(self) -> None:
         event, self._event = self._event, asyncio.Event()

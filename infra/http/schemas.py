@@ -22,7 +22,8 @@ Identifier = Annotated[
         min_length=1,
         max_length=128,
         pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@-]*$",
-        description="1-128 letters, digits and . _ : @ -, starting with a letter or digit",
+        description="1-128 letters, digits and . _ : @ -; "
+        "starting with a letter or digit",
     ),
 ]
 
@@ -41,7 +42,9 @@ class ErrorDetail(BaseModel):
 
 
 class ErrorBody(BaseModel):
-    code: str = Field(description="stable machine-readable code, e.g. 'version_conflict'")
+    code: str = Field(
+        description="stable machine-readable code, e.g. 'version_conflict'"
+    )
     message: str
     field: str | None = None
     current_version: int | None = Field(
@@ -70,7 +73,9 @@ class DeviceOut(BaseModel):
 
 class DeviceIssuedOut(BaseModel):
     device: DeviceOut
-    token: str = Field(description="the bearer token; shown this once, stored only hashed")
+    token: str = Field(
+        description="the bearer token; shown this once, stored only hashed"
+    )
 
 
 class DeviceListOut(BaseModel):
@@ -224,7 +229,9 @@ ChangeOut = Annotated[
 class SyncOut(BaseModel):
     changes: list[ChangeOut]
     next_cursor: str = Field(description="pass as `since` to get what comes after")
-    has_more: bool = Field(description="true: more changes are ready, ask again at once")
+    has_more: bool = Field(
+        description="true: more changes are ready, ask again at once"
+    )
 
 
 SYNC_LIMIT_MAX = MAX_CHANGES_PER_READ

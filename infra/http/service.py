@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
+from typing import Annotated
 from uuid import UUID
 
 from fastapi import Depends, Request
@@ -59,8 +60,10 @@ _bearer = HTTPBearer(
 
 
 def current_device(
-    service: Service = Depends(get_service),
-    credentials: HTTPAuthorizationCredentials | None = Depends(_bearer),
+    service: Annotated[Service, Depends(get_service)],
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Device:
     """The calling device; 401 for a missing, unknown or revoked token."""
-    return service.registry.authenticate(credentials.credentials if credentials else None)
+    return service.registry.authenticate(
+        credentials.credentials if credentials else None
+    )

@@ -9,6 +9,7 @@ the user's changes is committed, by this process or any other.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
@@ -46,13 +47,19 @@ async def sync(
     service: Annotated[Service, Depends(get_service)],
     since: Annotated[
         str | None,
-        Query(max_length=200, description="the next_cursor of the previous response; "
-              "omit to start from the beginning"),
+        Query(
+            max_length=200,
+            description="the next_cursor of the previous response; "
+            "omit to start from the beginning",
+        ),
     ] = None,
     timeout: Annotated[
         float,
-        Query(ge=0, le=TIMEOUT_CEILING_SECONDS,
-              description="seconds to wait when nothing is new (0: answer at once)"),
+        Query(
+            ge=0,
+            le=TIMEOUT_CEILING_SECONDS,
+            description="seconds to wait when nothing is new (0: answer at once)",
+        ),
     ] = 0.0,
     limit: Annotated[int, Query(ge=1, le=SYNC_LIMIT_MAX)] = 100,
 ) -> SyncOut:
@@ -71,10 +78,8 @@ async def sync(
         remaining = deadline - loop.time()
         if batch.changes or not batch.caught_up or remaining <= 0:
             break
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(woken.wait(), remaining)
-        except TimeoutError:
-            pass
     return SyncOut(
         changes=[_change_out(change) for change in batch.changes],
         next_cursor=service.cursors.encode(user_id, position),

@@ -69,8 +69,16 @@ def start_server(settings: Settings, log: Path) -> Server:
     port = free_port()
     handle = log.open("wb")
     process = subprocess.Popen(
-        [sys.executable, "-m", "infra.cli", "serve", "--host", "127.0.0.1",
-         "--port", str(port)],
+        [
+            sys.executable,
+            "-m",
+            "infra.cli",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
         cwd=ROOT,
         env=settings_env(settings),
         stdout=handle,

@@ -8,8 +8,13 @@ from typing import Any
 import httpx
 
 
-def pull(http: httpx.Client, since: str | None = None, *, limit: int = 1000,
-         timeout: float = 0) -> tuple[list[dict[str, Any]], str]:
+def pull(
+    http: httpx.Client,
+    since: str | None = None,
+    *,
+    limit: int = 1000,
+    timeout: float = 0,
+) -> tuple[list[dict[str, Any]], str]:
     """Every change after `since` (following has_more), and the cursor after them."""
     changes: list[dict[str, Any]] = []
     while True:

@@ -21,7 +21,9 @@ TURNS_PER_DEVICE = 200
 def test_eight_devices_racing_with_retries_lose_nothing_and_duplicate_nothing(
     server: Server, add_device: Callable[[str, str], str]
 ) -> None:
-    devices = [client(server, add_device("alice", f"device-{n}")) for n in range(DEVICES)]
+    devices = [
+        client(server, add_device("alice", f"device-{n}")) for n in range(DEVICES)
+    ]
     conversation = devices[0].post("/v1/conversations").json()["conversation_id"]
 
     def push_all(index: int) -> list[tuple[str, int]]:
@@ -30,15 +32,21 @@ def test_eight_devices_racing_with_retries_lose_nothing_and_duplicate_nothing(
         with ThreadPoolExecutor(max_workers=2) as retry:
             for n in range(TURNS_PER_DEVICE):
                 turn_id = f"d{index}-t{n}"
-                body = {"question": f"question {n} from device {index}",
-                        "answer": f"answer {n} to device {index}"}
+                body = {
+                    "question": f"question {n} from device {index}",
+                    "answer": f"answer {n} to device {index}",
+                }
 
-                def send(turn_id: str = turn_id, body: dict[str, str] = body) -> httpx.Response:
+                def send(
+                    turn_id: str = turn_id, body: dict[str, str] = body
+                ) -> httpx.Response:
                     return http.put(
                         f"/v1/conversations/{conversation}/turns/{turn_id}", json=body
                     )
 
-                original, retried = (f.result() for f in [retry.submit(send), retry.submit(send)])
+                original, retried = (
+                    f.result() for f in [retry.submit(send), retry.submit(send)]
+                )
                 assert original.status_code == 200, original.text
                 assert retried.status_code == 200, retried.text
                 # The retry is answered with the very same receipt.
@@ -71,13 +79,20 @@ def test_eight_devices_racing_with_retries_lose_nothing_and_duplicate_nothing(
         own = [t for t in turn_ids if t.startswith(f"d{index}-")]
         assert own == [f"d{index}-t{n}" for n in range(TURNS_PER_DEVICE)]
     # And the receipts agree with the stream about where each turn landed.
-    assert dict(receipts) == {c["turn_id"]: c["version"] for c in stream
-                              if c["kind"] == "turn_recorded"}
+    assert dict(receipts) == {
+        c["turn_id"]: c["version"] for c in stream if c["kind"] == "turn_recorded"
+    }
 
     pages, offset = [], 0
     while offset is not None:
-        page = devices[1].get(f"/v1/conversations/{conversation}/turns",
-                              params={"offset": offset, "limit": 500}).json()
+        page = (
+            devices[1]
+            .get(
+                f"/v1/conversations/{conversation}/turns",
+                params={"offset": offset, "limit": 500},
+            )
+            .json()
+        )
         pages.extend(item["turn_id"] for item in page["items"])
         offset = page["next_offset"]
     assert pages == turn_ids

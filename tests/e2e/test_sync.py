@@ -19,8 +19,14 @@ pytestmark = pytest.mark.postgres
 SECRET = "the launch code is TANGERINE-42"
 
 
-def confirm(http: httpx.Client, conversation_id: str, turn_id: str, question: str,
-            answer: str, **extra: object) -> httpx.Response:
+def confirm(
+    http: httpx.Client,
+    conversation_id: str,
+    turn_id: str,
+    question: str,
+    answer: str,
+    **extra: object,
+) -> httpx.Response:
     return http.put(
         f"/v1/conversations/{conversation_id}/turns/{turn_id}",
         json={"question": question, "answer": answer, **extra},
@@ -42,21 +48,39 @@ def test_two_devices_of_one_user_push_and_pull_and_converge(
 
     conversation = start(phone)
     assert confirm(phone, conversation, "p1", "Hello?", "Hi, Alice.").status_code == 200
-    assert confirm(phone, conversation, "p2", "Java 8 — “no var”. 谢谢", "OK 👍").status_code == 200
+    assert (
+        confirm(
+            phone, conversation, "p2", "Java 8 — “no var”. 谢谢", "OK 👍"
+        ).status_code
+        == 200
+    )
     laptop_copy.sync(laptop)
     assert laptop_copy.versions[conversation] == 3
 
     # The laptop writes on top of what it saw; the phone's stale write is refused
     # with the current version, so it pulls and retries.
-    assert confirm(laptop, conversation, "l1", "From the laptop", "Seen.",
-                   expected_version=3).status_code == 200
+    assert (
+        confirm(
+            laptop, conversation, "l1", "From the laptop", "Seen.", expected_version=3
+        ).status_code
+        == 200
+    )
     stale = confirm(phone, conversation, "p3", "Stale?", "Yes.", expected_version=3)
     assert stale.status_code == 409
     assert stale.json()["error"]["code"] == "version_conflict"
     assert stale.json()["error"]["current_version"] == 4
     phone_copy.sync(phone)
-    assert confirm(phone, conversation, "p3", "Stale?", "Yes.",
-                   expected_version=phone_copy.versions[conversation]).status_code == 200
+    assert (
+        confirm(
+            phone,
+            conversation,
+            "p3",
+            "Stale?",
+            "Yes.",
+            expected_version=phone_copy.versions[conversation],
+        ).status_code
+        == 200
+    )
 
     phone_copy.sync(phone)
     laptop_copy.sync(laptop)
@@ -89,16 +113,21 @@ def test_a_third_users_device_can_neither_read_nor_write_nor_learn(
             mallory.get(f"/v1/conversations/{target}/turns"),
             confirm(mallory, target, "t1", SECRET, "Noted."),
             confirm(mallory, target, "t9", "Let me in", "No."),
-            mallory.post(f"/v1/conversations/{target}/window",
-                         json={"question": "q", "model": "m", "max_bytes": 10_000}),
-            mallory.post(f"/v1/conversations/{target}/deletions",
-                         json={"whole_history": True}),
+            mallory.post(
+                f"/v1/conversations/{target}/window",
+                json={"question": "q", "model": "m", "max_bytes": 10_000},
+            ),
+            mallory.post(
+                f"/v1/conversations/{target}/deletions", json={"whole_history": True}
+            ),
         ]
 
     # Alice's conversation is answered exactly like one that does not exist.
     for foreign, absent in zip(attempts(conversation), attempts(missing), strict=True):
         assert foreign.status_code == absent.status_code == 404
-        assert foreign.text.replace(conversation, "ID") == absent.text.replace(missing, "ID")
+        assert foreign.text.replace(conversation, "ID") == absent.text.replace(
+            missing, "ID"
+        )
         assert SECRET not in foreign.text
 
     assert mallory.get("/v1/conversations").json() == {"conversations": []}
@@ -139,14 +168,19 @@ def test_a_deletion_made_on_one_device_is_pulled_by_the_other(
     changes = laptop_copy.sync(laptop)
     assert [c["kind"] for c in changes] == ["history_deleted"]
     assert changes[0]["turn_ids"] == ["t1"]
-    assert laptop_copy.turns[conversation] == {"t1": (None, None), "t2": ("Keep this", "Kept.")}
+    assert laptop_copy.turns[conversation] == {
+        "t1": (None, None),
+        "t2": ("Keep this", "Kept."),
+    }
 
     # A device whose cursor predates the deletion never receives the text.
     stale = laptop.get("/v1/sync", params={"since": cursor_before_everything})
     assert stale.status_code == 200
     assert "TANGERINE" not in stale.text
     recorded = [c for c in stale.json()["changes"] if c.get("turn_id") == "t1"]
-    assert recorded == [{**recorded[0], "deleted": True, "question": None, "answer": None}]
+    assert recorded == [
+        {**recorded[0], "deleted": True, "question": None, "answer": None}
+    ]
     fresh = Replica()
     fresh.sync(client(server, add_device("alice", "tablet")))
     assert fresh.turns == laptop_copy.turns

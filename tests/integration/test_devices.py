@@ -50,7 +50,11 @@ def test_a_token_authenticates_its_device_and_is_stored_only_hashed(
         assert issued.token.encode() not in raw
         assert issued.token.split("_", 1)[1].encode() not in raw
         digest = token_digest(issued.token)
-        assert digest in raw or digest.hex().encode() in raw or repr(digest).encode() in raw
+        assert (
+            digest in raw
+            or digest.hex().encode() in raw
+            or repr(digest).encode() in raw
+        )
 
 
 def test_tokens_survive_reopening_the_store(settings: Settings) -> None:
@@ -106,8 +110,13 @@ def test_a_user_can_neither_see_nor_revoke_another_users_devices(
 
 @pytest.mark.parametrize(
     ("user_id", "name"),
-    [("", "phone"), ("al ice", "phone"), ("alice", ""), ("alice", "x" * 101),
-     ("alice", "bad \ud800")],
+    [
+        ("", "phone"),
+        ("al ice", "phone"),
+        ("alice", ""),
+        ("alice", "x" * 101),
+        ("alice", "bad \ud800"),
+    ],
 )
 def test_bad_users_and_names_are_rejected_and_add_nothing(
     registry: DeviceRegistry, user_id: str, name: str
@@ -124,14 +133,20 @@ def test_the_device_commands_add_list_and_revoke(tmp_path: Path) -> None:
     def turnledger(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-m", "infra.cli", "device", *args],
-            capture_output=True, text=True, env=env, timeout=60, check=False,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+            check=False,
         )
 
     added = turnledger("add", "--user", "alice", "--name", "phone")
     assert added.returncode == 0, added.stderr
     token = added.stdout.strip().splitlines()[-1]
     device_id = added.stdout.split()[1]
-    settings = Settings(_env_file=None, persistence="sqlite", data_dir=tmp_path / "data")
+    settings = Settings(
+        _env_file=None, persistence="sqlite", data_dir=tmp_path / "data"
+    )
     registry = open_device_registry(settings)
     try:
         assert registry.authenticate(token).device_id == device_id

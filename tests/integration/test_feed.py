@@ -37,8 +37,14 @@ def test_each_user_gets_only_their_changes_in_log_order(ledger: Conversations) -
     bobs = ledger.start_conversation("bob")
     ledger.confirm_turn("alice", alices, turn_id="a1", question="A?", answer="A.")
     ledger.confirm_turn("bob", bobs, turn_id="b1", question=SECRET, answer="B.")
-    ledger.record_abandoned_turn("alice", alices, turn_id="a2", question="More?",
-                                 outcome="stopped", partial_answer="Mo")
+    ledger.record_abandoned_turn(
+        "alice",
+        alices,
+        turn_id="a2",
+        question="More?",
+        outcome="stopped",
+        partial_answer="Mo",
+    )
 
     alice_changes, _ = read_all(feed, "alice")
     assert [(type(c).__name__, c.version) for c in alice_changes] == [
@@ -50,7 +56,11 @@ def test_each_user_gets_only_their_changes_in_log_order(ledger: Conversations) -
     assert SECRET not in repr(alice_changes)
     stopped = alice_changes[2]
     assert isinstance(stopped, TurnRecordedChange)
-    assert (stopped.status.value, stopped.question, stopped.answer) == ("stopped", "More?", "Mo")
+    assert (stopped.status.value, stopped.question, stopped.answer) == (
+        "stopped",
+        "More?",
+        "Mo",
+    )
     assert [s.conversation_id for s in feed.list_conversations("alice")] == [alices]
     assert [s.conversation_id for s in feed.list_conversations("bob")] == [bobs]
     assert feed.list_conversations("carol") == []
@@ -62,7 +72,9 @@ def test_a_position_resumes_exactly_where_the_last_read_stopped(
     feed = ConversationFeed(ledger)
     conversation = ledger.start_conversation("alice")
     for n in range(7):
-        ledger.confirm_turn("alice", conversation, turn_id=f"t{n}", question="q", answer="a")
+        ledger.confirm_turn(
+            "alice", conversation, turn_id=f"t{n}", question="q", answer="a"
+        )
     whole, head = read_all(feed, "alice")
     paged, paged_head = read_all(feed, "alice", limit=3)
     assert paged == whole and paged_head == head
@@ -76,8 +88,12 @@ def test_a_deleted_turns_text_is_never_served_even_from_an_older_position(
 ) -> None:
     feed = ConversationFeed(ledger)
     conversation = ledger.start_conversation("alice")
-    ledger.confirm_turn("alice", conversation, turn_id="t1", question=SECRET, answer="ok")
-    ledger.confirm_turn("alice", conversation, turn_id="t2", question="keep", answer="me")
+    ledger.confirm_turn(
+        "alice", conversation, turn_id="t1", question=SECRET, answer="ok"
+    )
+    ledger.confirm_turn(
+        "alice", conversation, turn_id="t2", question="keep", answer="me"
+    )
     ledger.delete_history("alice", conversation, turn_ids=["t1"])
 
     changes, _ = read_all(feed, "alice")
@@ -97,7 +113,9 @@ def test_text_is_withheld_once_the_deletion_is_recorded_even_before_keys_go(
     the feed checks the conversation's state after decrypting, so it is withheld."""
     feed = ConversationFeed(ledger)
     conversation = ledger.start_conversation("alice")
-    ledger.confirm_turn("alice", conversation, turn_id="t1", question=SECRET, answer="ok")
+    ledger.confirm_turn(
+        "alice", conversation, turn_id="t1", question=SECRET, answer="ok"
+    )
     loaded = ledger.get_conversation("alice", conversation)
     loaded.delete_history(turn_ids=["t1"], deleted_by="alice")
     ledger.save(loaded)  # recorded, but the key is still there
@@ -108,7 +126,9 @@ def test_text_is_withheld_once_the_deletion_is_recorded_even_before_keys_go(
 
 
 operations = st.lists(
-    st.tuples(st.sampled_from(["alice", "bob"]), st.sampled_from(["start", "turn", "delete"])),
+    st.tuples(
+        st.sampled_from(["alice", "bob"]), st.sampled_from(["start", "turn", "delete"])
+    ),
     min_size=1,
     max_size=20,
 )
@@ -139,8 +159,13 @@ def check_script(
             mine.append(memory_ledger.start_conversation(owner))
         elif action == "turn":
             turns += 1
-            memory_ledger.confirm_turn(owner, mine[-1], turn_id=f"t{turns}",
-                                       question=f"{owner} asks {turns}", answer="ok")
+            memory_ledger.confirm_turn(
+                owner,
+                mine[-1],
+                turn_id=f"t{turns}",
+                question=f"{owner} asks {turns}",
+                answer="ok",
+            )
         else:
             memory_ledger.delete_history(owner, mine[-1])
     for owner, since in (("alice", position), ("bob", bob_position)):

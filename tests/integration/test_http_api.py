@@ -39,10 +39,15 @@ def api(settings: Settings) -> Iterator[Api]:
     app = create_app(settings.model_copy(update={"http_max_body_bytes": LIMIT}))
     with TestClient(app) as http:
         token = app.state.service.registry.add("alice", "phone").token
-        created = http.post("/v1/conversations", headers={"Authorization": f"Bearer {token}"})
+        created = http.post(
+            "/v1/conversations", headers={"Authorization": f"Bearer {token}"}
+        )
         api = Api(http, token, created.json()["conversation_id"])
-        put = http.put(f"/v1/conversations/{api.conversation}/turns/t1", headers=api.auth,
-                       json={"question": "Hello?", "answer": "Hi."})
+        put = http.put(
+            f"/v1/conversations/{api.conversation}/turns/t1",
+            headers=api.auth,
+            json={"question": "Hello?", "answer": "Hi."},
+        )
         assert put.status_code == 200
         yield api
 
@@ -88,7 +93,9 @@ def test_an_oversized_body_is_a_413_before_anything_is_parsed(api: Api) -> None:
         yield big[:100]
         yield big[100:]
 
-    streamed = api.http.put(turn_url(api), headers={**api.auth, **JSON}, content=chunks())
+    streamed = api.http.put(
+        turn_url(api), headers={**api.auth, **JSON}, content=chunks()
+    )
     for response in (declared, streamed):
         assert response.status_code == 413
         assert response.json()["error"]["code"] == "body_too_large"
@@ -98,15 +105,21 @@ def test_an_oversized_body_is_a_413_before_anything_is_parsed(api: Api) -> None:
 
 @pytest.mark.parametrize(
     "headers",
-    [{}, {"Authorization": "Bearer nope"}, {"Authorization": "Basic YTpi"},
-     {"Authorization": "Bearer"}],
+    [
+        {},
+        {"Authorization": "Bearer nope"},
+        {"Authorization": "Basic YTpi"},
+        {"Authorization": "Bearer"},
+    ],
 )
 def test_a_missing_or_bad_token_is_a_401_and_writes_nothing(
     api: Api, headers: dict[str, str]
 ) -> None:
     before = api.head()
     for response in (
-        api.http.put(turn_url(api), headers=headers, json={"question": "q", "answer": "a"}),
+        api.http.put(
+            turn_url(api), headers=headers, json={"question": "q", "answer": "a"}
+        ),
         api.http.post("/v1/conversations", headers=headers),
         api.http.get("/v1/sync", headers=headers),
     ):
@@ -117,15 +130,32 @@ def test_a_missing_or_bad_token_is_a_401_and_writes_nothing(
 
 def test_unknown_ids_are_404s_and_malformed_ids_are_422s(api: Api) -> None:
     missing = str(uuid4())
-    assert api.http.get(f"/v1/conversations/{missing}", headers=api.auth).status_code == 404
-    assert api.http.put(turn_url(api, conversation=missing), headers=api.auth,
-                        json={"question": "q", "answer": "a"}).status_code == 404
-    gone = api.http.post(f"/v1/conversations/{api.conversation}/deletions",
-                         headers=api.auth, json={"turn_ids": ["t1", "nope"]})
+    assert (
+        api.http.get(f"/v1/conversations/{missing}", headers=api.auth).status_code
+        == 404
+    )
+    assert (
+        api.http.put(
+            turn_url(api, conversation=missing),
+            headers=api.auth,
+            json={"question": "q", "answer": "a"},
+        ).status_code
+        == 404
+    )
+    gone = api.http.post(
+        f"/v1/conversations/{api.conversation}/deletions",
+        headers=api.auth,
+        json={"turn_ids": ["t1", "nope"]},
+    )
     assert gone.status_code == 404 and gone.json()["error"]["code"] == "turn_not_found"
     for url in ("/v1/conversations/not-a-uuid", turn_url(api, turn_id="bad id!")):
-        response = api.http.get(url, headers=api.auth) if "turns" not in url else \
-            api.http.put(url, headers=api.auth, json={"question": "q", "answer": "a"})
+        response = (
+            api.http.get(url, headers=api.auth)
+            if "turns" not in url
+            else api.http.put(
+                url, headers=api.auth, json={"question": "q", "answer": "a"}
+            )
+        )
         assert response.status_code == 422
         assert response.json()["error"]["details"]
     assert api.http.delete("/v1/devices/dev_nope", headers=api.auth).status_code == 404
@@ -133,8 +163,14 @@ def test_unknown_ids_are_404s_and_malformed_ids_are_422s(api: Api) -> None:
 
 @pytest.mark.parametrize(
     "params",
-    [{"since": "c1.bogus"}, {"since": "x" * 300}, {"limit": 0}, {"limit": 100_000},
-     {"timeout": -1}, {"timeout": "soon"}],
+    [
+        {"since": "c1.bogus"},
+        {"since": "x" * 300},
+        {"limit": 0},
+        {"limit": 100_000},
+        {"timeout": -1},
+        {"timeout": "soon"},
+    ],
 )
 def test_bad_sync_parameters_are_422s(api: Api, params: dict[str, Any]) -> None:
     response = api.http.get("/v1/sync", headers=api.auth, params=params)
@@ -152,29 +188,54 @@ def test_a_retried_confirmation_returns_the_same_receipt_and_writes_nothing(
     assert first.status_code == second.status_code == 200
     assert first.json() == second.json()
     assert api.head() == head
-    changed = api.http.put(turn_url(api), headers=api.auth,
-                           json={"question": "Again?", "answer": "Different."})
-    assert changed.status_code == 409 and changed.json()["error"]["code"] == "turn_conflict"
-    api.http.post(f"/v1/conversations/{api.conversation}/deletions", headers=api.auth,
-                  json={"turn_ids": ["t2"]})
+    changed = api.http.put(
+        turn_url(api),
+        headers=api.auth,
+        json={"question": "Again?", "answer": "Different."},
+    )
+    assert (
+        changed.status_code == 409
+        and changed.json()["error"]["code"] == "turn_conflict"
+    )
+    api.http.post(
+        f"/v1/conversations/{api.conversation}/deletions",
+        headers=api.auth,
+        json={"turn_ids": ["t2"]},
+    )
     deleted = api.http.put(turn_url(api), headers=api.auth, json=body)
-    assert deleted.status_code == 409 and deleted.json()["error"]["code"] == "turn_deleted"
+    assert (
+        deleted.status_code == 409 and deleted.json()["error"]["code"] == "turn_deleted"
+    )
 
 
 def test_a_stale_expected_version_is_a_409_with_the_current_version(api: Api) -> None:
-    stale = api.http.put(turn_url(api), headers=api.auth,
-                         json={"question": "q", "answer": "a", "expected_version": 1})
+    stale = api.http.put(
+        turn_url(api),
+        headers=api.auth,
+        json={"question": "q", "answer": "a", "expected_version": 1},
+    )
     assert stale.status_code == 409
-    assert stale.json()["error"] == {**stale.json()["error"], "code": "version_conflict",
-                                     "current_version": 2}
-    fresh = api.http.put(turn_url(api), headers=api.auth,
-                         json={"question": "q", "answer": "a", "expected_version": 2})
+    assert stale.json()["error"] == {
+        **stale.json()["error"],
+        "code": "version_conflict",
+        "current_version": 2,
+    }
+    fresh = api.http.put(
+        turn_url(api),
+        headers=api.auth,
+        json={"question": "q", "answer": "a", "expected_version": 2},
+    )
     assert fresh.status_code == 200 and fresh.json()["version"] == 3
 
 
 def test_the_window_endpoint_returns_the_exact_request_body(api: Api) -> None:
     url = f"/v1/conversations/{api.conversation}/window"
-    request = {"question": "Next?", "system": "Be brief.", "model": "m", "max_bytes": 500}
+    request = {
+        "question": "Next?",
+        "system": "Be brief.",
+        "model": "m",
+        "max_bytes": 500,
+    }
     window = api.http.post(url, headers=api.auth, json=request)
     assert window.status_code == 200, window.text
     out = window.json()
@@ -207,14 +268,16 @@ def test_a_long_poll_wakes_when_the_ledger_is_written_outside_the_service(
 
     def write_later() -> None:
         time.sleep(0.3)
-        ledger.confirm_turn("alice", conversation, turn_id="direct", question="q",
-                            answer="a")
+        ledger.confirm_turn(
+            "alice", conversation, turn_id="direct", question="q", answer="a"
+        )
 
     writer = threading.Thread(target=write_later)
     began = time.monotonic()
     writer.start()
-    response = api.http.get("/v1/sync", headers=api.auth,
-                            params={"since": cursor, "timeout": 10})
+    response = api.http.get(
+        "/v1/sync", headers=api.auth, params={"since": cursor, "timeout": 10}
+    )
     waited = time.monotonic() - began
     writer.join()
     assert [c["turn_id"] for c in response.json()["changes"]] == ["direct"]
@@ -225,11 +288,18 @@ def test_devices_of_one_user_manage_each_other(api: Api) -> None:
     added = api.http.post("/v1/devices", headers=api.auth, json={"name": "laptop"})
     assert added.status_code == 201
     laptop = {"Authorization": f"Bearer {added.json()['token']}"}
-    assert api.http.get("/v1/conversations", headers=laptop).json()["conversations"][0][
-        "conversation_id"] == api.conversation
-    names = [d["name"] for d in api.http.get("/v1/devices", headers=laptop).json()["devices"]]
+    assert (
+        api.http.get("/v1/conversations", headers=laptop).json()["conversations"][0][
+            "conversation_id"
+        ]
+        == api.conversation
+    )
+    names = [
+        d["name"] for d in api.http.get("/v1/devices", headers=laptop).json()["devices"]
+    ]
     assert sorted(names) == ["laptop", "phone"]
-    revoked = api.http.delete(f"/v1/devices/{added.json()['device']['device_id']}",
-                              headers=api.auth)
+    revoked = api.http.delete(
+        f"/v1/devices/{added.json()['device']['device_id']}", headers=api.auth
+    )
     assert revoked.status_code == 200
     assert api.http.get("/v1/conversations", headers=laptop).status_code == 401

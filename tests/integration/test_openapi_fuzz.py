@@ -78,5 +78,9 @@ def test_the_service_never_answers_with_a_server_error(
         path["conversation_id"] = seeded["conversation_id"]
     case.call_and_validate(
         headers=seeded["headers"],
-        checks=[not_a_server_error, response_schema_conformance, content_type_conformance],
+        checks=[
+            not_a_server_error,
+            response_schema_conformance,
+            content_type_conformance,
+        ],
     )
