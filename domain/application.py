@@ -47,6 +47,10 @@ _WRITE_ATTEMPTS = 50
 
 MAX_HISTORY_PAGE = 500
 
+# Snapshots bound the events replayed to load a conversation. They hold turn
+# metadata only (about 100 bytes a turn), never text.
+DEFAULT_SNAPSHOT_INTERVAL = 200
+
 
 @dataclass(frozen=True, slots=True)
 class TurnReceipt:
@@ -105,7 +109,7 @@ class Conversations(Application[UUID]):
     """The conversation ledger, for application services."""
 
     name = "Conversations"
-    snapshotting_intervals = {Conversation: 200}  # noqa: RUF012 (library API)
+    snapshotting_intervals = {Conversation: DEFAULT_SNAPSHOT_INTERVAL}  # noqa: RUF012
     # Reading the log in pages larger than the library default of 10.
     log_section_size = 1000
 
@@ -115,9 +119,13 @@ class Conversations(Application[UUID]):
         *,
         vault: TextVault,
         max_turn_bytes: int = DEFAULT_MAX_TURN_BYTES,
+        snapshot_interval: int = DEFAULT_SNAPSHOT_INTERVAL,
     ) -> None:
         self.vault = vault
         self.max_turn_bytes = max_turn_bytes
+        # The library reads the intervals through the instance, so a per-ledger
+        # setting shadows the class default without touching other ledgers.
+        self.snapshotting_intervals = {Conversation: snapshot_interval}  # type: ignore[misc]
         super().__init__(env)
 
     def register_transcodings(self, transcoder: JSONTranscoder) -> None:

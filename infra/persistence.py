@@ -87,6 +87,7 @@ def open_conversations(
             env,
             vault=vault,
             max_turn_bytes=settings.max_turn_bytes,
+            snapshot_interval=settings.snapshot_interval,
         )
     except BaseException:
         vault.close()

@@ -16,6 +16,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from domain.application import DEFAULT_SNAPSHOT_INTERVAL
 from domain.text import DEFAULT_MAX_TURN_BYTES
 
 
@@ -52,7 +53,7 @@ class Settings(BaseSettings):
     master_key_file: Path | None = None
 
     max_turn_bytes: PositiveInt = DEFAULT_MAX_TURN_BYTES
-    snapshot_interval: PositiveInt = 200
+    snapshot_interval: PositiveInt = DEFAULT_SNAPSHOT_INTERVAL
 
     # HTTP service (`turnledger serve`). The body limit leaves room for a turn at
     # max_turn_bytes even when JSON escaping inflates it (a control character

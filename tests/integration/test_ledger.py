@@ -246,6 +246,45 @@ def test_bad_input_is_rejected_with_a_reason_and_writes_nothing(
     assert ledger.get_history(OWNER, conversation_id).version == 1
 
 
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda app, c: app.get_history("bad owner", c), "owner_id"),
+        (lambda app, c: app.get_history(OWNER, str(c)), "conversation_id"),
+        (lambda app, c: app.get_history(OWNER, c, limit=0), "limit"),
+        (lambda app, c: app.get_history(OWNER, c, offset=-1), "offset"),
+        (lambda app, c: app.delete_history(OWNER, c, turn_ids="t1"), "turn_ids"),
+        (
+            lambda app, c: app.record_abandoned_turn(
+                OWNER, c, turn_id="t", question="q", outcome="confirmed"
+            ),
+            "outcome",
+        ),
+        (
+            lambda app, c: app.project_window(
+                OWNER, c, question="q", system="s", model="m", max_bytes=0
+            ),
+            "max_bytes",
+        ),
+        (
+            lambda app, c: app.project_window(
+                OWNER, c, question="\ud83d", system="s", model="m", max_bytes=9
+            ),
+            "question",
+        ),
+        (lambda app, c: app.start_conversation(""), "owner_id"),
+    ],
+)
+def test_bad_arguments_to_other_calls_are_rejected_with_a_typed_error(
+    ledger: Conversations, call: Callable[..., object], message: str
+) -> None:
+    conversation_id = ledger.start_conversation(OWNER)
+    confirm(ledger, conversation_id, "t1")
+    with pytest.raises(InvalidInputError, match=message):
+        call(ledger, conversation_id)
+    assert ledger.get_history(OWNER, conversation_id).version == 2
+
+
 def test_a_turn_over_the_size_limit_is_rejected(ledger: Conversations) -> None:
     conversation_id = ledger.start_conversation(OWNER)
     pasted = "契約" * 400_000  # 2.4 MB of UTF-8
@@ -313,7 +352,7 @@ def test_long_conversations_are_snapshotted_and_rebuild_identically(
         confirm(ledger, conversation_id, f"t{index}", question=f"q{index}", answer="a")
     assert ledger.snapshots is not None
     snapshots = list(ledger.snapshots.get(conversation_id))
-    assert [s.originator_version for s in snapshots] == [200]
+    assert [s.originator_version for s in snapshots] == [settings.snapshot_interval]
     # The snapshot holds metadata, not text.
     assert b"q17" not in ledger.mapper.transcoder.encode(snapshots[0].state)
     rebuilt = ledger.repository.get(conversation_id)
