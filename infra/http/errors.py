@@ -131,9 +131,16 @@ def install_error_handlers(app: FastAPI) -> None:
         code = {404: "not_found", 405: "method_not_allowed"}.get(
             error.status_code, "http_error"
         )
-        return error_response(
-            error.status_code, code, str(error.detail), headers=error.headers
-        )
+        message = str(error.detail)
+        if error.status_code == 400:
+            # FastAPI's own answer when json.loads fails on something it did not
+            # classify: nesting too deep, or an integer with too many digits.
+            code = "malformed_json"
+            message = (
+                "the request body could not be parsed as JSON "
+                "(nested too deeply, or a number too long)"
+            )
+        return error_response(error.status_code, code, message, headers=error.headers)
 
     async def on_unexpected(_: Request, error: Exception) -> Response:
         logger.exception("unexpected error", exc_info=error)

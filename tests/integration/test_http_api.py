@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 from infra.http.app import create_app
 from infra.settings import Settings
 
-LIMIT = 4_096
+LIMIT = 16_384
 
 
 @dataclass
@@ -70,6 +70,23 @@ BAD_BODIES = [
     ("invalid_input", b'{"question": "   ", "answer": "a"}'),
     ("invalid_input", b'{"question": "q", "answer": ""}'),
 ]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"[" * 5_000 + b"]" * 5_000,
+        b'{"question": "q", "answer": "a", "expected_version": ' + b"9" * 5000 + b"}",
+    ],
+)
+def test_a_body_json_cannot_parse_is_a_400_and_writes_nothing(
+    api: Api, body: bytes
+) -> None:
+    before = api.head()
+    response = api.http.put(turn_url(api), headers={**api.auth, **JSON}, content=body)
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "malformed_json"
+    assert api.head() == before
 
 
 @pytest.mark.parametrize(("code", "body"), BAD_BODIES)
