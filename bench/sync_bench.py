@@ -49,7 +49,9 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
 
 
-def start_server(settings: Settings, log: Path) -> tuple[subprocess.Popen[bytes], str]:
+def start_server(
+    settings: Settings, log: Path, workers: int
+) -> tuple[subprocess.Popen[bytes], str]:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -67,7 +69,16 @@ def start_server(settings: Settings, log: Path) -> tuple[subprocess.Popen[bytes]
         TURNLEDGER_MASTER_KEY=settings.master_key.get_secret_value(),
     )
     process = subprocess.Popen(
-        [sys.executable, "-m", "infra.cli", "serve", "--port", str(port)],
+        [
+            sys.executable,
+            "-m",
+            "infra.cli",
+            "serve",
+            "--port",
+            str(port),
+            "--workers",
+            str(workers),
+        ],
         cwd=ROOT,
         env=env,
         stdout=log.open("wb"),
@@ -198,6 +209,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--writes", type=int, default=1000)
     parser.add_argument("--turns-per-device", type=int, default=200)
+    parser.add_argument("--server-workers", type=int, default=1)
     arguments = parser.parse_args()
 
     schema = f"bench_{uuid.uuid4().hex[:10]}"
@@ -212,7 +224,7 @@ def main() -> int:
     tokens = [registry.add("bench-user", f"device-{n}").token for n in range(DEVICES)]
     registry.close()
     log = Path(f"/tmp/turnledger-{schema}.log")
-    process, base_url = start_server(settings, log)
+    process, base_url = start_server(settings, log, arguments.server_workers)
     try:
         latency = measure_latency(base_url, tokens, arguments.writes)
         own = measure_turns_per_second(
@@ -240,7 +252,8 @@ def main() -> int:
         )
 
     print(
-        f"write -> long-poll latency, {arguments.writes} writes, PostgreSQL, loopback"
+        f"write -> long-poll latency, {arguments.writes} writes, PostgreSQL, loopback, "
+        f"{arguments.server_workers} service process(es)"
     )
     print(row("A sends -> B's poll returns", latency["send"]))
     print(row("A's 200 arrives -> B's poll returns", latency["ack"]))
