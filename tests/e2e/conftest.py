@@ -19,8 +19,6 @@ from infra.devices import open_device_registry
 from infra.settings import Settings
 from infra.vault import new_master_key
 
-pytestmark = pytest.mark.postgres
-
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -49,10 +47,11 @@ def free_port() -> int:
 
 
 def settings_env(settings: Settings) -> dict[str, str]:
+    """The TURNLEDGER_* environment that makes `serve` open these settings."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TURNLEDGER_")}
-    assert settings.master_key is not None
     env.update(
         TURNLEDGER_PERSISTENCE=settings.persistence,
+        TURNLEDGER_DATA_DIR=str(settings.data_dir),
         TURNLEDGER_POSTGRES_HOST=settings.postgres_host,
         TURNLEDGER_POSTGRES_PORT=str(settings.postgres_port),
         TURNLEDGER_POSTGRES_DBNAME=settings.postgres_dbname,
@@ -60,8 +59,9 @@ def settings_env(settings: Settings) -> dict[str, str]:
         TURNLEDGER_POSTGRES_PASSWORD=settings.postgres_password.get_secret_value(),
         TURNLEDGER_POSTGRES_SCHEMA=settings.postgres_schema,
         TURNLEDGER_POSTGRES_POOL_SIZE=str(settings.postgres_pool_size),
-        TURNLEDGER_MASTER_KEY=settings.master_key.get_secret_value(),
     )
+    if settings.master_key is not None:
+        env["TURNLEDGER_MASTER_KEY"] = settings.master_key.get_secret_value()
     return env
 
 
