@@ -9,7 +9,7 @@ like one that does not exist.
 from __future__ import annotations
 
 from typing import Annotated
-from uuid import UUID
+from uuid import UUID, uuid5
 
 from fastapi import APIRouter, Depends, Path, Query, status
 
@@ -19,6 +19,7 @@ from infra.devices import Device
 from infra.http.errors import ERROR_RESPONSES
 from infra.http.schemas import (
     ConversationCreatedOut,
+    ConversationIn,
     ConversationListOut,
     ConversationOut,
     ConversationSummaryOut,
@@ -36,6 +37,9 @@ from infra.http.service import Service, current_device, get_service
 router = APIRouter(
     prefix="/v1/conversations", tags=["conversations"], responses=ERROR_RESPONSES
 )
+
+# Namespace of conversation ids derived from (user, client key).
+_CLIENT_KEYS = UUID("6f1f3c52-9a53-4d0c-8a43-2b8f3f6c1e27")
 
 ConversationId = Annotated[UUID, Path(description="the conversation's id")]
 TurnId = Annotated[
@@ -55,9 +59,19 @@ CurrentService = Annotated[Service, Depends(get_service)]
     "", status_code=status.HTTP_201_CREATED, response_model=ConversationCreatedOut
 )
 def start_conversation(
-    device: CurrentDevice, service: CurrentService
+    device: CurrentDevice,
+    service: CurrentService,
+    request: ConversationIn | None = None,
 ) -> ConversationCreatedOut:
-    conversation_id = service.ledger.start_conversation(device.user_id)
+    """Start a conversation. With a `client_key`, the same request sent again
+    returns the same conversation and creates nothing."""
+    chosen = None
+    if request is not None and request.client_key is not None:
+        # Scoped by user, so one user's key can never name another's conversation.
+        chosen = uuid5(_CLIENT_KEYS, f"{device.user_id}/{request.client_key}")
+    conversation_id = service.ledger.start_conversation(
+        device.user_id, conversation_id=chosen
+    )
     service.signal.fire()
     return ConversationCreatedOut(conversation_id=conversation_id, version=1)
 

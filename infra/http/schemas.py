@@ -85,6 +85,14 @@ class DeviceListOut(BaseModel):
 # Conversations ------------------------------------------------------------------
 
 
+class ConversationIn(RequestModel):
+    client_key: Identifier | None = Field(
+        default=None,
+        description="makes creation idempotent: the same key (for the same user) "
+        "always names the same conversation, so a retried request creates nothing",
+    )
+
+
 class ConversationCreatedOut(BaseModel):
     conversation_id: UUID
     version: int

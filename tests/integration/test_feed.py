@@ -3,12 +3,14 @@ the text of a deleted turn."""
 
 from __future__ import annotations
 
-from uuid import UUID
+from uuid import UUID, uuid4
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from domain.application import Conversations
+from domain.errors import ConversationNotFoundError
 from domain.feed import (
     ConversationFeed,
     ConversationStartedChange,
@@ -185,3 +187,17 @@ def check_script(
         for conversation in conversations[owner]:
             state = memory_ledger.get_conversation(owner, conversation)
             assert last[conversation] == state.version
+
+
+def test_a_chosen_conversation_id_makes_starting_idempotent_for_its_owner_only(
+    ledger: Conversations,
+) -> None:
+    chosen = uuid4()
+    assert ledger.start_conversation("alice", conversation_id=chosen) == chosen
+    head = ledger.recorder.max_notification_id()
+    assert ledger.start_conversation("alice", conversation_id=chosen) == chosen
+    assert ledger.recorder.max_notification_id() == head
+    with pytest.raises(ConversationNotFoundError):
+        ledger.start_conversation("bob", conversation_id=chosen)
+    assert ledger.recorder.max_notification_id() == head
+    assert ledger.get_conversation("alice", chosen).owner_id == "alice"

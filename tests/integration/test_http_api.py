@@ -320,3 +320,35 @@ def test_devices_of_one_user_manage_each_other(api: Api) -> None:
     )
     assert revoked.status_code == 200
     assert api.http.get("/v1/conversations", headers=laptop).status_code == 401
+
+
+def test_starting_a_conversation_with_a_client_key_is_idempotent(api: Api) -> None:
+    before = api.head()
+    first = api.http.post(
+        "/v1/conversations", headers=api.auth, json={"client_key": "k1"}
+    )
+    again = api.http.post(
+        "/v1/conversations", headers=api.auth, json={"client_key": "k1"}
+    )
+    assert first.status_code == again.status_code == 201
+    assert first.json() == again.json()
+    assert api.head() == before + 1
+    other = api.http.post(
+        "/v1/conversations", headers=api.auth, json={"client_key": "k2"}
+    )
+    assert other.json()["conversation_id"] != first.json()["conversation_id"]
+
+
+def test_the_same_client_key_of_another_user_names_another_conversation(
+    api: Api,
+) -> None:
+    registry = api.http.app.state.service.registry  # type: ignore[attr-defined]
+    bob = {"Authorization": f"Bearer {registry.add('bob', 'phone').token}"}
+    alices = api.http.post(
+        "/v1/conversations", headers=api.auth, json={"client_key": "k"}
+    )
+    bobs = api.http.post("/v1/conversations", headers=bob, json={"client_key": "k"})
+    assert bobs.status_code == 201
+    assert bobs.json()["conversation_id"] != alices.json()["conversation_id"]
+    listed = api.http.get("/v1/conversations", headers=bob).json()["conversations"]
+    assert [c["conversation_id"] for c in listed] == [bobs.json()["conversation_id"]]
