@@ -18,16 +18,20 @@ DEVICES = 8
 TURNS_PER_DEVICE = 200
 
 
+@pytest.mark.parametrize("processes", [1, 2], ids=["one-process", "two-processes"])
 def test_eight_devices_racing_with_retries_lose_nothing_and_duplicate_nothing(
-    server: Server, add_device: Callable[[str, str], str]
+    launch: Callable[[], Server], add_device: Callable[[str, str], str], processes: int
 ) -> None:
-    devices = [
-        client(server, add_device("alice", f"device-{n}")) for n in range(DEVICES)
-    ]
+    """With two service processes, the two copies of each request go to
+    different processes, so they race in the database itself and the ledger's
+    reload-and-retry on a lost race is what keeps the result exact."""
+    servers = [launch() for _ in range(processes)]
+    tokens = [add_device("alice", f"device-{n}") for n in range(DEVICES)]
+    devices = [client(servers[n % processes], tokens[n]) for n in range(DEVICES)]
+    retries = [client(servers[(n + 1) % processes], tokens[n]) for n in range(DEVICES)]
     conversation = devices[0].post("/v1/conversations").json()["conversation_id"]
 
     def push_all(index: int) -> list[tuple[str, int]]:
-        http = devices[index]
         receipts: list[tuple[str, int]] = []
         with ThreadPoolExecutor(max_workers=2) as retry:
             for n in range(TURNS_PER_DEVICE):
@@ -38,14 +42,20 @@ def test_eight_devices_racing_with_retries_lose_nothing_and_duplicate_nothing(
                 }
 
                 def send(
-                    turn_id: str = turn_id, body: dict[str, str] = body
+                    http: httpx.Client,
+                    turn_id: str = turn_id,
+                    body: dict[str, str] = body,
                 ) -> httpx.Response:
                     return http.put(
                         f"/v1/conversations/{conversation}/turns/{turn_id}", json=body
                     )
 
                 original, retried = (
-                    f.result() for f in [retry.submit(send), retry.submit(send)]
+                    f.result()
+                    for f in [
+                        retry.submit(send, devices[index]),
+                        retry.submit(send, retries[index]),
+                    ]
                 )
                 assert original.status_code == 200, original.text
                 assert retried.status_code == 200, retried.text
