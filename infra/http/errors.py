@@ -53,9 +53,11 @@ _STATUS: list[tuple[type[TurnLedgerError], int, str]] = [
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorResponse, "description": description}
     for status, description in [
+        (400, "a body the JSON parser gives up on (nesting, huge numbers)"),
         (401, "missing, unknown or revoked device token"),
         (404, "no such conversation, turn or device for this user"),
         (409, "turn id reused, turn deleted, or a stale expected_version"),
+        (410, "a turn's text whose key was destroyed meanwhile"),
         (413, "request body or turn over the size limit"),
         (422, "malformed JSON, wrong types or invalid values"),
     ]

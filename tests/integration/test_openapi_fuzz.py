@@ -18,6 +18,7 @@ from schemathesis.checks import (
     content_type_conformance,
     not_a_server_error,
     response_schema_conformance,
+    status_code_conformance,
 )
 
 from infra.devices import open_device_registry
@@ -82,5 +83,6 @@ def test_the_service_never_answers_with_a_server_error(
             not_a_server_error,
             response_schema_conformance,
             content_type_conformance,
+            status_code_conformance,
         ],
     )
