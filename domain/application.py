@@ -15,12 +15,14 @@ from domain.conversation import Conversation, TurnEntry, TurnSizes, TurnStatus
 from domain.errors import (
     ConversationNotFoundError,
     InvalidInputError,
+    PurgeIncompleteError,
     TextUnavailableError,
     TurnConflictError,
     TurnDeletedError,
     VersionConflictError,
 )
 from domain.ports import TextVault
+from domain.purge import PurgeReport, PurgeRunner
 from domain.text import (
     DEFAULT_MAX_TURN_BYTES,
     TextMetrics,
@@ -94,6 +96,7 @@ class DeletionReceipt:
     conversation_id: UUID
     deleted_turn_ids: tuple[str, ...]
     version: int
+    purge: PurgeReport | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +130,7 @@ class Conversations(Application[UUID]):
         # setting shadows the class default without touching other ledgers.
         self.snapshotting_intervals = {Conversation: snapshot_interval}  # type: ignore[misc]
         super().__init__(env)
+        self.purge = PurgeRunner(self, vault.purge_view)
 
     def register_transcodings(self, transcoder: JSONTranscoder) -> None:
         super().register_transcodings(transcoder)
@@ -244,9 +248,20 @@ class Conversations(Application[UUID]):
             )
 
         conversation, deleted = self._write(owner_id, conversation_id, attempt)
-        if deleted:
-            self.vault.shred(conversation.id, deleted)
-        return DeletionReceipt(conversation.id, tuple(deleted), conversation.version)
+        # The event is saved: from here the deletion stands. The purge destroys
+        # the keys as a tracked follower of the log, so if it fails or the
+        # process dies now, the next purge run (or start-up) completes it.
+        try:
+            report = self.purge_deleted_history()
+        except Exception as error:
+            raise PurgeIncompleteError(conversation.id) from error
+        return DeletionReceipt(
+            conversation.id, tuple(deleted), conversation.version, purge=report
+        )
+
+    def purge_deleted_history(self) -> PurgeReport:
+        """Destroy the keys of every deleted turn not yet purged; compact the store."""
+        return self.purge.run()
 
     # Queries ------------------------------------------------------------------
 

@@ -11,6 +11,7 @@
     ├── TextUnavailableError         sealed text whose key has been destroyed
     ├── DeviceNotFoundError          unknown device, or another user's
     ├── UnauthenticatedError         missing, unknown or revoked device token
+    ├── PurgeIncompleteError         a deletion is recorded but its purge must be re-run
     └── WindowError                  a request window cannot be built
         └── MandatoryInputTooLargeError  system + current question exceed max_bytes
 
@@ -129,6 +130,16 @@ class UnauthenticatedError(TurnLedgerError):
     def __init__(self, reason: str) -> None:
         self.reason = reason
         super().__init__(f"not authenticated: {reason}")
+class PurgeIncompleteError(TurnLedgerError):
+    """Raised when a deletion was recorded but destroying its keys failed."""
+
+    def __init__(self, conversation_id: UUID) -> None:
+        self.conversation_id = conversation_id
+        super().__init__(
+            f"the deletion in conversation {conversation_id} is recorded and its text "
+            "is no longer served, but destroying its keys failed; the purge completes "
+            "on the next deletion, `turnledger purge` or start-up"
+        )
 
 
 class WindowError(TurnLedgerError):

@@ -1,42 +1,59 @@
-"""Where wrapped per-turn data keys live: never in the event log."""
+"""Where wrapped per-turn data keys live: never in the event log.
+
+Every key store is also the view of the purge (`domain.ports.KeyPurgeView`):
+it records how far the purge has followed the log in the same transaction in
+which it destroys keys.
+"""
 
 from __future__ import annotations
 
 import threading
+from abc import abstractmethod
 from collections.abc import Collection
-from typing import Protocol
 from uuid import UUID
 
+from eventsourcing.persistence import Tracking
 
-class KeyStore(Protocol):
+from domain.errors import TurnDeletedError
+from domain.ports import KeyPurgeView
+
+
+class KeyStore(KeyPurgeView):
+    @abstractmethod
     def put_if_absent(
         self, conversation_id: UUID, turn_id: str, wrapped: bytes
     ) -> bytes:
-        """Store `wrapped` unless the turn has a key; return the stored one."""
-        ...
+        """Store `wrapped` unless the turn has a key; return the stored one.
 
+        Raises TurnDeletedError if the turn's key was destroyed: a writer that
+        loaded the conversation before the deletion must not create a new key
+        for a deleted turn (the purge, which has moved on, would never see it).
+        """
+
+    @abstractmethod
     def get_many(
         self, conversation_id: UUID, turn_ids: Collection[str]
     ) -> dict[str, bytes]:
         """The wrapped keys of those turns that still have one."""
-        ...
 
-    def destroy(self, conversation_id: UUID, turn_ids: Collection[str]) -> int:
-        """Delete these turns' keys; return how many rows were deleted."""
-        ...
-
+    @abstractmethod
     def close(self) -> None: ...
 
 
-class MemoryKeyStore:
+class MemoryKeyStore(KeyStore):
     def __init__(self) -> None:
         self._keys: dict[tuple[UUID, str], bytes] = {}
+        self._destroyed: set[tuple[UUID, str]] = set()
+        # application name -> [followed, last destroying, compacted] positions
+        self._tracking: dict[str, list[int]] = {}
         self._lock = threading.Lock()
 
     def put_if_absent(
         self, conversation_id: UUID, turn_id: str, wrapped: bytes
     ) -> bytes:
         with self._lock:
+            if (conversation_id, turn_id) in self._destroyed:
+                raise TurnDeletedError(conversation_id, turn_id)
             return self._keys.setdefault((conversation_id, turn_id), wrapped)
 
     def get_many(
@@ -49,12 +66,44 @@ class MemoryKeyStore:
                 if (conversation_id, turn_id) in self._keys
             }
 
-    def destroy(self, conversation_id: UUID, turn_ids: Collection[str]) -> int:
+    def destroy_keys(
+        self, conversation_id: UUID, turn_ids: Collection[str], tracking: Tracking
+    ) -> int:
         with self._lock:
-            return sum(
+            deleted = sum(
                 self._keys.pop((conversation_id, turn_id), None) is not None
                 for turn_id in turn_ids
             )
+            self._destroyed.update((conversation_id, turn_id) for turn_id in turn_ids)
+            positions = self._positions(tracking.application_name)
+            positions[0] = max(positions[0], tracking.notification_id)
+            positions[1] = max(positions[1], tracking.notification_id)
+            return deleted
+
+    def insert_tracking(self, tracking: Tracking) -> None:
+        with self._lock:
+            positions = self._positions(tracking.application_name)
+            positions[0] = max(positions[0], tracking.notification_id)
+
+    def max_tracking_id(self, application_name: str) -> int | None:
+        with self._lock:
+            positions = self._tracking.get(application_name)
+            return positions[0] if positions else None
+
+    def needs_compaction(self, application_name: str) -> bool:
+        with self._lock:
+            positions = self._tracking.get(application_name)
+            return positions is not None and positions[1] > positions[2]
+
+    def compact(self, application_name: str) -> bool:
+        # A popped dict entry leaves nothing to rewrite.
+        with self._lock:
+            positions = self._positions(application_name)
+            positions[2] = positions[1]
+            return True
 
     def close(self) -> None:
         pass
+
+    def _positions(self, application_name: str) -> list[int]:
+        return self._tracking.setdefault(application_name, [0, 0, 0])

@@ -83,7 +83,7 @@ def open_conversations(
         env = eventsourcing_env(settings)
         if aggregate_cache_size > 0:
             env["AGGREGATE_CACHE_MAXSIZE"] = str(aggregate_cache_size)
-        return Conversations(
+        ledger = Conversations(
             env,
             vault=vault,
             max_turn_bytes=settings.max_turn_bytes,
@@ -92,3 +92,11 @@ def open_conversations(
     except BaseException:
         vault.close()
         raise
+    try:
+        # Complete any deletion whose purge was interrupted (crash, lost key
+        # store connection) before serving anything.
+        ledger.purge_deleted_history()
+    except BaseException:
+        ledger.close()
+        raise
+    return ledger

@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Collection
+from typing import Any
 from uuid import UUID
 
 import psycopg
+from eventsourcing.persistence import Tracking
 from psycopg import sql
 from psycopg_pool import ConnectionPool
+
+from domain.errors import TurnDeletedError
+from infra.keystore import KeyStore
+
+# The key table is hash-partitioned by conversation so that compaction (VACUUM
+# FULL, which locks the table it rewrites) rewrites and locks only the small
+# partitions a deletion touched, never the whole key table. See docs/deletion.md.
+KEY_PARTITIONS = 32
 
 
 def ensure_schema(conninfo: str, schema: str) -> None:
@@ -18,34 +29,101 @@ def ensure_schema(conninfo: str, schema: str) -> None:
         )
 
 
-class PostgresKeyStore:
-    """Wrapped turn keys in `<schema>.turn_keys`, through a psycopg pool."""
+class PostgresKeyStore(KeyStore):
+    """Wrapped turn keys in `<schema>.turn_keys`, through a psycopg pool.
 
-    def __init__(self, conninfo: str, schema: str, *, pool_size: int = 4) -> None:
+    DELETE only marks a row dead: its bytes stay in the table's file until the
+    table is rewritten. The purge therefore records which partitions it
+    deleted from, in the same transaction as the deletion and its position in
+    the log, and `compact` rewrites exactly those with VACUUM FULL.
+    """
+
+    def __init__(
+        self,
+        conninfo: str,
+        schema: str,
+        *,
+        pool_size: int = 4,
+        horizon_wait_seconds: float = 5.0,
+    ) -> None:
+        self._conninfo = conninfo
+        self._schema = schema
+        self.horizon_wait_seconds = horizon_wait_seconds
         self._table = sql.Identifier(schema, "turn_keys")
+        self._tracking = sql.Identifier(schema, "key_purge_tracking")
+        self._destroyed = sql.Identifier(schema, "destroyed_turn_keys")
         self._pool = ConnectionPool(
             conninfo, min_size=1, max_size=pool_size, open=True, name="turnledger-keys"
         )
         with self._pool.connection() as connection:
+            self._create_tables(connection)
+
+    def _create_tables(self, connection: psycopg.Connection[Any]) -> None:
+        connection.execute(
+            sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {} ("
+                " conversation_id uuid NOT NULL,"
+                " turn_id text NOT NULL,"
+                " wrapped_key bytea NOT NULL,"
+                " PRIMARY KEY (conversation_id, turn_id))"
+                " PARTITION BY HASH (conversation_id)"
+            ).format(self._table)
+        )
+        for remainder in range(KEY_PARTITIONS):
             connection.execute(
                 sql.SQL(
-                    "CREATE TABLE IF NOT EXISTS {} ("
-                    " conversation_id uuid NOT NULL,"
-                    " turn_id text NOT NULL,"
-                    " wrapped_key bytea NOT NULL,"
-                    " PRIMARY KEY (conversation_id, turn_id))"
-                ).format(self._table)
+                    "CREATE TABLE IF NOT EXISTS {} PARTITION OF {} "
+                    "FOR VALUES WITH (MODULUS {}, REMAINDER {})"
+                ).format(
+                    sql.Identifier(self._schema, f"turn_keys_p{remainder:02d}"),
+                    self._table,
+                    sql.Literal(KEY_PARTITIONS),
+                    sql.Literal(remainder),
+                )
             )
+        # ANALYZE would otherwise copy sample key values into pg_statistic,
+        # where no purge of ours would ever find them.
+        connection.execute(
+            sql.SQL("ALTER TABLE {} ALTER COLUMN wrapped_key SET STATISTICS 0").format(
+                self._table
+            )
+        )
+        # Turns whose keys were destroyed: their keys must never be created again.
+        connection.execute(
+            sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {} ("
+                " conversation_id uuid NOT NULL,"
+                " turn_id text NOT NULL,"
+                " PRIMARY KEY (conversation_id, turn_id))"
+            ).format(self._destroyed)
+        )
+        connection.execute(
+            sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {} ("
+                " application_name text PRIMARY KEY,"
+                " followed_id bigint NOT NULL,"  # every log position seen
+                " destroyed_id bigint NOT NULL,"  # last position that destroyed keys
+                " compacted_id bigint NOT NULL,"  # last destroyed_id compacted
+                " destroyed_xid xid8,"  # transaction of that last destruction
+                " dirty_partitions text[] NOT NULL DEFAULT '{{}}')"
+            ).format(self._tracking)
+        )
 
     def put_if_absent(
         self, conversation_id: UUID, turn_id: str, wrapped: bytes
     ) -> bytes:
         with self._pool.connection() as connection:
+            # Shared with other writers, exclusive with the purge of this
+            # conversation: the INSERT below (a new snapshot, taken after the
+            # lock) sees the purge's tombstones, or the purge sees this key.
+            connection.execute(_LOCK_SHARED, (str(conversation_id),))
             connection.execute(
                 sql.SQL(
-                    "INSERT INTO {} VALUES (%s, %s, %s) ON CONFLICT DO NOTHING"
-                ).format(self._table),
-                (conversation_id, turn_id, wrapped),
+                    "INSERT INTO {} SELECT %(c)s, %(t)s, %(w)s WHERE NOT EXISTS "
+                    "(SELECT 1 FROM {} WHERE conversation_id = %(c)s "
+                    "AND turn_id = %(t)s) ON CONFLICT DO NOTHING"
+                ).format(self._table, self._destroyed),
+                {"c": conversation_id, "t": turn_id, "w": wrapped},
             )
             row = connection.execute(
                 sql.SQL(
@@ -54,7 +132,8 @@ class PostgresKeyStore:
                 ).format(self._table),
                 (conversation_id, turn_id),
             ).fetchone()
-        assert row is not None
+        if row is None:
+            raise TurnDeletedError(conversation_id, turn_id)
         return bytes(row[0])
 
     def get_many(
@@ -70,15 +149,164 @@ class PostgresKeyStore:
             ).fetchall()
         return {turn_id: bytes(blob) for turn_id, blob in rows}
 
-    def destroy(self, conversation_id: UUID, turn_ids: Collection[str]) -> int:
+    def destroy_keys(
+        self, conversation_id: UUID, turn_ids: Collection[str], tracking: Tracking
+    ) -> int:
+        # One transaction: the rows, the position and the partitions to rewrite.
         with self._pool.connection() as connection:
-            cursor = connection.execute(
+            connection.execute(_LOCK_EXCLUSIVE, (str(conversation_id),))
+            connection.execute(
                 sql.SQL(
-                    "DELETE FROM {} WHERE conversation_id = %s AND turn_id = ANY(%s)"
-                ).format(self._table),
+                    "INSERT INTO {} SELECT %s, unnest(%s::text[]) "
+                    "ON CONFLICT DO NOTHING"
+                ).format(self._destroyed),
                 (conversation_id, list(turn_ids)),
             )
-            return cursor.rowcount
+            rows = connection.execute(
+                sql.SQL(
+                    "WITH deleted AS (DELETE FROM {} WHERE conversation_id = %s "
+                    "AND turn_id = ANY(%s) RETURNING tableoid) "
+                    "SELECT c.relname, count(*) FROM deleted "
+                    "JOIN pg_class c ON c.oid = deleted.tableoid GROUP BY c.relname"
+                ).format(self._table),
+                (conversation_id, list(turn_ids)),
+            ).fetchall()
+            connection.execute(
+                sql.SQL(
+                    "INSERT INTO {table} AS t VALUES "
+                    "(%(name)s, %(id)s, %(id)s, 0, pg_current_xact_id(), %(dirty)s) "
+                    "ON CONFLICT (application_name) DO UPDATE SET "
+                    "followed_id = GREATEST(t.followed_id, EXCLUDED.followed_id), "
+                    "destroyed_id = GREATEST(t.destroyed_id, EXCLUDED.destroyed_id), "
+                    "destroyed_xid = EXCLUDED.destroyed_xid, "
+                    "dirty_partitions = ARRAY(SELECT DISTINCT unnest("
+                    "t.dirty_partitions || EXCLUDED.dirty_partitions))"
+                ).format(table=self._tracking),
+                {
+                    "name": tracking.application_name,
+                    "id": tracking.notification_id,
+                    "dirty": [relname for relname, _ in rows],
+                },
+            )
+        return sum(int(count) for _, count in rows)
+
+    def insert_tracking(self, tracking: Tracking) -> None:
+        with self._pool.connection() as connection:
+            connection.execute(
+                sql.SQL(
+                    "INSERT INTO {} AS t (application_name, followed_id, destroyed_id,"
+                    " compacted_id) VALUES (%s, %s, 0, 0) "
+                    "ON CONFLICT (application_name) DO UPDATE SET "
+                    "followed_id = GREATEST(t.followed_id, EXCLUDED.followed_id)"
+                ).format(self._tracking),
+                (tracking.application_name, tracking.notification_id),
+            )
+
+    def max_tracking_id(self, application_name: str) -> int | None:
+        row = self._tracking_row(application_name)
+        return None if row is None else int(row[0])
+
+    def needs_compaction(self, application_name: str) -> bool:
+        row = self._tracking_row(application_name)
+        return row is not None and row[1] > row[2]
+
+    def compact(self, application_name: str) -> bool:
+        """VACUUM FULL the partitions the purge deleted from since the last time.
+
+        VACUUM FULL copies rows that an older transaction may still see, so it
+        first waits (up to `horizon_wait_seconds`) until no transaction in this
+        database started before the last destruction. If one still runs, the
+        compaction stays pending and the next purge run retries it.
+        """
+        with self._pool.connection() as connection:
+            row = connection.execute(
+                sql.SQL(
+                    "SELECT destroyed_id, destroyed_xid, dirty_partitions FROM {} "
+                    "WHERE application_name = %s"
+                ).format(self._tracking),
+                (application_name,),
+            ).fetchone()
+        if row is None:
+            return False
+        destroyed_id, destroyed_xid, dirty = row
+        with psycopg.connect(self._conninfo, autocommit=True) as connection:
+            if destroyed_xid is not None and not self._wait_for_horizon(
+                connection, destroyed_xid
+            ):
+                return False
+            for relname in sorted(dirty):
+                partition = sql.Identifier(self._schema, relname)
+                connection.execute(sql.SQL("VACUUM FULL {}").format(partition))
+            # Only if nothing was destroyed meanwhile: otherwise stay pending.
+            marked = connection.execute(
+                sql.SQL(
+                    "UPDATE {} SET compacted_id = destroyed_id, "
+                    "dirty_partitions = '{{}}' "
+                    "WHERE application_name = %s AND destroyed_id = %s"
+                ).format(self._tracking),
+                (application_name, destroyed_id),
+            ).rowcount
+        return marked == 1
+
+    def _wait_for_horizon(
+        self, connection: psycopg.Connection[Any], destroyed_xid: object
+    ) -> bool:
+        deadline = time.monotonic() + self.horizon_wait_seconds
+        while True:
+            row = connection.execute(
+                _OLDER_TRANSACTIONS, {"xid": destroyed_xid}
+            ).fetchone()
+            if row is not None and not row[0]:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+
+    def _tracking_row(self, application_name: str) -> tuple[int, int, int] | None:
+        with self._pool.connection() as connection:
+            row = connection.execute(
+                sql.SQL(
+                    "SELECT followed_id, destroyed_id, compacted_id FROM {} "
+                    "WHERE application_name = %s"
+                ).format(self._tracking),
+                (application_name,),
+            ).fetchone()
+        return None if row is None else (int(row[0]), int(row[1]), int(row[2]))
 
     def close(self) -> None:
         self._pool.close()
+
+
+# Transaction-scoped advisory locks per conversation (the first key namespaces
+# them) ordering key creation against key destruction.
+_LOCK_SHARED = (
+    "SELECT pg_advisory_xact_lock_shared("
+    "hashtext('turnledger.turn_keys'), hashtext(%s))"
+)
+_LOCK_EXCLUSIVE = (
+    "SELECT pg_advisory_xact_lock(hashtext('turnledger.turn_keys'), hashtext(%s))"
+)
+
+# Whether a transaction that may not yet see the deletion (its snapshot or its
+# own id is not newer than the deleting transaction) still holds back what
+# VACUUM may remove: other sessions of this database, prepared transactions,
+# standbys' feedback, replication slots. Seeing other roles' sessions needs
+# pg_read_all_stats.
+_OLDER_TRANSACTIONS = """
+SELECT EXISTS (
+    SELECT 1 FROM pg_stat_activity
+    WHERE datname = current_database() AND pid <> pg_backend_pid()
+      AND greatest(coalesce(age(backend_xmin), 0), coalesce(age(backend_xid), 0))
+          >= age(xid(%(xid)s::xid8))
+) OR EXISTS (
+    SELECT 1 FROM pg_prepared_xacts
+    WHERE database = current_database() AND age(transaction) >= age(xid(%(xid)s::xid8))
+) OR EXISTS (
+    SELECT 1 FROM pg_stat_replication  -- standbys with hot_standby_feedback
+    WHERE age(backend_xmin) >= age(xid(%(xid)s::xid8))
+) OR EXISTS (
+    SELECT 1 FROM pg_replication_slots
+    WHERE greatest(coalesce(age(xmin), 0), coalesce(age(catalog_xmin), 0))
+          >= age(xid(%(xid)s::xid8))
+)
+"""

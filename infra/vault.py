@@ -13,7 +13,7 @@ from __future__ import annotations
 import base64
 import binascii
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from uuid import UUID
 
@@ -109,8 +109,10 @@ class KeyVault:
             opened.append(plaintext.decode("utf-8"))
         return opened
 
-    def shred(self, conversation_id: UUID, turn_ids: Iterable[str]) -> int:
-        return self._keys.destroy(conversation_id, list(turn_ids))
+    @property
+    def purge_view(self) -> KeyStore:
+        # Keys are destroyed only through the purge, which follows the log.
+        return self._keys
 
     def close(self) -> None:
         self._keys.close()

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 from cryptography.exceptions import InvalidTag
+from eventsourcing.persistence import Tracking
 
+from domain.errors import TurnDeletedError
 from infra.keystore import MemoryKeyStore
 from infra.vault import (
     KeyVault,
@@ -53,10 +55,16 @@ def test_shredding_a_turn_leaves_the_others_readable() -> None:
     box, conversation = vault(), uuid.uuid4()
     one = box.seal(conversation, "t1", "question", "one")
     two = box.seal(conversation, "t2", "question", "two")
-    assert box.shred(conversation, ["t1", "missing"]) == 1
+    # Keys are destroyed only by the purge, which records the log position.
+    tracking = Tracking("Conversations", 7)
+    assert box.purge_view.destroy_keys(conversation, ["t1", "missing"], tracking) == 1
+    assert box.purge_view.max_tracking_id("Conversations") == 7
     assert box.open_many(
         conversation, [("t1", "question", one), ("t2", "question", two)]
     ) == [None, "two"]
+    # A destroyed key is never created again, even by a late writer.
+    with pytest.raises(TurnDeletedError):
+        box.seal(conversation, "t1", "question", "one again")
 
 
 def test_a_wrong_master_key_is_reported_not_mistaken_for_shredding() -> None:

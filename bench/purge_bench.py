@@ -1,0 +1,244 @@
+"""Deleting 10,000 turns on PostgreSQL: HistoryDeleted plus the purge.
+
+    .venv/bin/python bench/purge_bench.py [--turns 10000] [--other-keys 0] [--runs 3]
+
+Each run builds, in a fresh schema, one conversation of --turns confirmed turns
+(plus --other-keys keys of other conversations in the key table), then times
+`delete_history` of the whole history: load, record one HistoryDeleted naming
+every turn, and the purge (destroy the keys with the tracked position, then
+VACUUM FULL of the touched key partition). The baseline, in the same run, is a
+raw psycopg DELETE of the same number of rows from a plain table of the same
+shape, with its COMMIT. Prints medians and the ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import faulthandler
+import signal
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import psycopg
+from psycopg import sql
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from domain.conversation import TurnSizes  # noqa: E402
+from infra.keystore import MemoryKeyStore  # noqa: E402
+from infra.persistence import master_key, open_conversations  # noqa: E402
+from infra.settings import Settings  # noqa: E402
+from infra.vault import KeyVault, new_master_key  # noqa: E402
+
+OWNER = "bench-owner"
+SAVE_BATCH = 500
+
+
+def build_conversation(settings: Settings, turns: int, other_keys: int) -> uuid.UUID:
+    """Write the conversation fast: seal in memory, copy keys, save in batches."""
+    ledger = open_conversations(settings)
+    try:
+        conversation_id = ledger.start_conversation(OWNER)
+        conversation = ledger.get_conversation(OWNER, conversation_id)
+        staging = MemoryKeyStore()
+        vault = KeyVault(staging, master_key(settings))
+        sizes = TurnSizes(40, 40, 38, 38)
+        for index in range(turns):
+            turn_id = f"turn-{index:05d}"
+            conversation.confirm_turn(
+                turn_id=turn_id,
+                sealed_question=vault.seal(
+                    conversation_id, turn_id, "question", "q" * 38
+                ),
+                sealed_answer=vault.seal(conversation_id, turn_id, "answer", "a" * 38),
+                sizes=sizes,
+            )
+            # Saved in batches: one save() of 10,000 events sometimes hung
+            # here, in psycopg's pipeline sync (the server waiting to read).
+            if (index + 1) % SAVE_BATCH == 0:
+                ledger.save(conversation)
+        ledger.save(conversation)
+        ledger.take_snapshot(conversation_id)
+    finally:
+        ledger.close()
+    with (
+        psycopg.connect(settings.postgres_conninfo()) as connection,
+        connection.cursor() as cursor,
+    ):
+        table = sql.Identifier(settings.postgres_schema, "turn_keys")
+        with cursor.copy(
+            sql.SQL(
+                "COPY {} (conversation_id, turn_id, wrapped_key) FROM STDIN"
+            ).format(table)
+        ) as copy:
+            for (cid, turn_id), wrapped in staging._keys.items():
+                copy.write_row((cid, turn_id, wrapped))
+        if other_keys:
+            cursor.execute(
+                sql.SQL(
+                    "INSERT INTO {} SELECT gen_random_uuid(), 't', "
+                    "decode(md5(g::text) || md5(random()::text), 'hex') "
+                    "FROM generate_series(1, %s) g"
+                ).format(table),
+                (other_keys,),
+            )
+    return conversation_id
+
+
+def time_ledger_delete(
+    settings: Settings, conversation_id: uuid.UUID
+) -> tuple[float, float]:
+    ledger = open_conversations(settings)
+    try:
+        ledger.get_conversation(OWNER, conversation_id)  # warm the pool
+        purge_seconds = 0.0
+        original = ledger.purge_deleted_history
+
+        def timed_purge():  # type: ignore[no-untyped-def]
+            nonlocal purge_seconds
+            started = time.perf_counter()
+            try:
+                return original()
+            finally:
+                purge_seconds = time.perf_counter() - started
+
+        ledger.purge_deleted_history = timed_purge  # type: ignore[method-assign]
+        started = time.perf_counter()
+        receipt = ledger.delete_history(OWNER, conversation_id)
+        total = time.perf_counter() - started
+        assert receipt.purge is not None
+        assert receipt.purge.keys_destroyed == len(receipt.deleted_turn_ids)
+        if receipt.purge.compaction_pending:
+            print("  (compaction deferred: an older transaction was running)")
+    finally:
+        ledger.close()
+    return total, purge_seconds
+
+
+def time_raw_delete(conninfo: str, schema: str, rows: int) -> float:
+    table = sql.Identifier(schema, "baseline_keys")
+    conversation_id = uuid.uuid4()
+    turn_ids = [f"turn-{index:05d}" for index in range(rows)]
+    with psycopg.connect(conninfo) as connection:
+        connection.execute(
+            sql.SQL(
+                "CREATE TABLE {} (conversation_id uuid, turn_id text,"
+                " wrapped_key bytea, PRIMARY KEY (conversation_id, turn_id))"
+            ).format(table)
+        )
+        connection.execute(
+            sql.SQL(
+                "INSERT INTO {} SELECT %s, 'turn-' || lpad(g::text, 5, '0'), "
+                "decode(md5(g::text) || md5(random()::text), 'hex') "
+                "FROM generate_series(0, %s) g"
+            ).format(table),
+            (conversation_id, rows - 1),
+        )
+        connection.commit()
+        started = time.perf_counter()
+        deleted = connection.execute(
+            sql.SQL(
+                "DELETE FROM {} WHERE conversation_id = %s AND turn_id = ANY(%s)"
+            ).format(table),
+            (conversation_id, turn_ids),
+        ).rowcount
+        connection.commit()
+        elapsed = time.perf_counter() - started
+    assert deleted == rows
+    return elapsed
+
+
+def time_whole_table_vacuum(conninfo: str, schema: str) -> tuple[float, float]:
+    """VACUUM FULL of one key partition vs. of an unpartitioned copy of the table."""
+    with psycopg.connect(conninfo, autocommit=True) as connection:
+        copy = sql.Identifier(schema, "unpartitioned_keys")
+        connection.execute(
+            sql.SQL("CREATE TABLE {} AS SELECT * FROM {}").format(
+                copy, sql.Identifier(schema, "turn_keys")
+            )
+        )
+        connection.execute(
+            sql.SQL("ALTER TABLE {} ADD PRIMARY KEY (conversation_id, turn_id)").format(
+                copy
+            )
+        )
+        started = time.perf_counter()
+        connection.execute(
+            sql.SQL("VACUUM FULL {}").format(sql.Identifier(schema, "turn_keys_p00"))
+        )
+        partition = time.perf_counter() - started
+        started = time.perf_counter()
+        connection.execute(sql.SQL("VACUUM FULL {}").format(copy))
+        whole = time.perf_counter() - started
+    return partition, whole
+
+
+def main() -> int:
+    # `kill -USR1 <pid>` prints every thread's stack if a run ever hangs.
+    faulthandler.register(signal.SIGUSR1)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--turns", type=int, default=10_000)
+    parser.add_argument("--other-keys", type=int, default=0)
+    parser.add_argument("--runs", type=int, default=3)
+    arguments = parser.parse_args()
+
+    totals, purges, baselines, vacuums = [], [], [], []
+    for run in range(arguments.runs):
+        schema = f"bench_purge_{uuid.uuid4().hex[:8]}"
+        settings = Settings(
+            _env_file=None,
+            persistence="postgres",
+            postgres_schema=schema,
+            master_key=new_master_key(),
+        )
+        conninfo = settings.postgres_conninfo()
+        try:
+            conversation_id = build_conversation(
+                settings, arguments.turns, arguments.other_keys
+            )
+            total, purge = time_ledger_delete(settings, conversation_id)
+            baseline = time_raw_delete(conninfo, schema, arguments.turns)
+            if arguments.other_keys:
+                vacuums.append(time_whole_table_vacuum(conninfo, schema))
+        finally:
+            with psycopg.connect(conninfo, autocommit=True) as connection:
+                connection.execute(
+                    sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(
+                        sql.Identifier(schema)
+                    )
+                )
+        totals.append(total)
+        purges.append(purge)
+        baselines.append(baseline)
+        print(
+            f"run {run + 1}: delete_history {total * 1000:.0f} ms "
+            f"(purge {purge * 1000:.0f} ms), raw DELETE {baseline * 1000:.1f} ms",
+            flush=True,
+        )
+
+    total, purge, baseline = (
+        statistics.median(totals),
+        statistics.median(purges),
+        statistics.median(baselines),
+    )
+    print(
+        f"\n{arguments.turns} turns, {arguments.other_keys} other keys in the key table"
+    )
+    print(f"delete_history (event + purge): {total * 1000:.0f} ms median")
+    print(f"  of which the purge:           {purge * 1000:.0f} ms median")
+    print(f"raw psycopg DELETE + COMMIT:    {baseline * 1000:.1f} ms median")
+    print(f"ratio ledger / raw DELETE:      {total / baseline:.1f}x")
+    if vacuums:
+        partition = statistics.median(v[0] for v in vacuums)
+        whole = statistics.median(v[1] for v in vacuums)
+        print(f"VACUUM FULL one key partition:  {partition * 1000:.0f} ms median")
+        print(f"VACUUM FULL unpartitioned copy: {whole * 1000:.0f} ms median")
+    print("under one second:", "yes" if total < 1.0 else "NO")
+    return 0 if total < 1.0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

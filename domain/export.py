@@ -1,0 +1,99 @@
+"""A user's data, as JSON-ready records: what is still readable, and what was deleted.
+
+The record layout is documented in docs/export.md; bump EXPORT_SCHEMA when
+it changes incompatibly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from eventsourcing.utils import get_topic
+
+from domain.application import MAX_HISTORY_PAGE, Conversations
+from domain.conversation import Conversation
+from domain.text import check_identifier
+
+EXPORT_SCHEMA = "turnledger.export/1"
+
+# Notifications read per page while looking for the owner's conversations.
+_PAGE = 1000
+
+
+def conversation_ids_of(ledger: Conversations, owner_id: str) -> Iterator[UUID]:
+    """The owner's conversations, oldest first, found by reading the log."""
+    check_identifier("owner_id", owner_id)
+    topics = [get_topic(Conversation.Started)]
+    start = 0
+    while True:
+        page = ledger.recorder.select_notifications(
+            start=start, limit=_PAGE, topics=topics, inclusive_of_start=False
+        )
+        for notification in page:
+            started = ledger.mapper.to_domain_event(notification)
+            if getattr(started, "owner_id", None) == owner_id:
+                yield started.originator_id
+            start = notification.id
+        if len(page) < _PAGE:
+            return
+
+
+def export_records(
+    ledger: Conversations, owner_id: str, *, exported_at: datetime
+) -> Iterator[dict[str, Any]]:
+    """Every record of the owner's export, header first and trailer last."""
+    check_identifier("owner_id", owner_id)
+    yield {
+        "record": "export",
+        "schema": EXPORT_SCHEMA,
+        "owner_id": owner_id,
+        "exported_at": exported_at.isoformat(),
+    }
+    totals = {"conversations": 0, "turns": 0, "deleted_turns": 0}
+    for conversation_id in conversation_ids_of(ledger, owner_id):
+        conversation = ledger.get_conversation(owner_id, conversation_id)
+        totals["conversations"] += 1
+        yield {
+            "record": "conversation",
+            "conversation_id": str(conversation_id),
+            "started_at": conversation.created_on.isoformat(),
+            "version": conversation.version,
+            "turn_count": len(conversation.turns),
+        }
+        offset: int | None = 0
+        while offset is not None:
+            page = ledger.get_history(
+                owner_id, conversation_id, offset=offset, limit=MAX_HISTORY_PAGE
+            )
+            for item in page.items:
+                totals["turns"] += 1
+                totals["deleted_turns"] += item.deleted
+                yield {
+                    "record": "turn",
+                    "conversation_id": str(conversation_id),
+                    "position": item.position,
+                    "turn_id": item.turn_id,
+                    "status": item.status.value,
+                    "recorded_at": item.recorded_at.isoformat(),
+                    "deleted": item.deleted,
+                    "deleted_at": item.deleted_at.isoformat()
+                    if item.deleted_at
+                    else None,
+                    "question": item.question,
+                    "answer": item.answer,
+                }
+            offset = page.next_offset
+        for recorded in ledger.events.get(conversation_id):
+            if isinstance(recorded, Conversation.HistoryDeleted):
+                yield {
+                    "record": "deletion",
+                    "conversation_id": str(conversation_id),
+                    "deleted_at": recorded.timestamp.isoformat(),
+                    "deleted_by": recorded.deleted_by,
+                    "whole_history": recorded.whole_history,
+                    "turn_ids": list(recorded.turn_ids),
+                }
+    yield {"record": "end", **totals}

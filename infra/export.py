@@ -1,0 +1,67 @@
+"""`turnledger export`: a user's conversations as JSON Lines (docs/export.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+from domain.export import export_records
+from infra.persistence import open_conversations
+from infra.settings import Settings
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "export",
+        help="write a user's conversations (what is still readable) as JSON Lines",
+        description=(
+            "Write every conversation of OWNER as JSON Lines: readable turns with "
+            "their text, deleted turns as placeholders, and the deletions. The "
+            "output holds plaintext: the file is created with mode 0600 and the "
+            "server keeps no copy."
+        ),
+    )
+    parser.add_argument("--owner", required=True, help="the owner id to export")
+    parser.add_argument(
+        "--output", type=Path, help="file to write (default: standard output)"
+    )
+    parser.set_defaults(handler=run)
+
+
+def run(arguments: argparse.Namespace) -> int:
+    ledger = open_conversations(Settings())
+    try:
+        with _destination(arguments.output) as out:
+            for record in export_records(
+                ledger, arguments.owner, exported_at=datetime.now(UTC)
+            ):
+                out.write(json.dumps(record, ensure_ascii=False) + "\n")
+    finally:
+        ledger.close()
+    return 0
+
+
+@contextmanager
+def _destination(path: Path | None) -> Iterator[TextIO]:
+    if path is None:
+        yield sys.stdout
+        sys.stdout.flush()
+        return
+    # Written beside the target and renamed into place, so a failed export
+    # never leaves a truncated file that looks complete; 0600 from the start.
+    partial = path.with_name(path.name + ".partial")
+    descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            yield handle
+        os.replace(partial, path)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
