@@ -352,3 +352,42 @@ def test_the_same_client_key_of_another_user_names_another_conversation(
     assert bobs.json()["conversation_id"] != alices.json()["conversation_id"]
     listed = api.http.get("/v1/conversations", headers=bob).json()["conversations"]
     assert [c["conversation_id"] for c in listed] == [bobs.json()["conversation_id"]]
+
+
+def test_the_export_streams_the_users_conversations_as_json_lines(api: Api) -> None:
+    registry = api.http.app.state.service.registry  # type: ignore[attr-defined]
+    bob = {"Authorization": f"Bearer {registry.add('bob', 'phone').token}"}
+    bobs = api.http.post("/v1/conversations", headers=bob).json()["conversation_id"]
+    api.http.put(
+        turn_url(api, conversation=bobs),
+        headers=bob,
+        json={"question": "Bob's secret", "answer": "kept"},
+    )
+    api.http.put(
+        turn_url(api),
+        headers=api.auth,
+        json={"question": "Doomed", "answer": "soon gone"},
+    )
+    api.http.post(
+        f"/v1/conversations/{api.conversation}/deletions",
+        headers=api.auth,
+        json={"turn_ids": ["t2"]},
+    )
+    response = api.http.get("/v1/export", headers=api.auth)
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "application/x-ndjson"
+    records = [json.loads(line) for line in response.text.splitlines()]
+    kinds = [r["record"] for r in records]
+    assert kinds == ["export", "conversation", "turn", "turn", "deletion", "end"]
+    assert records[0]["owner_id"] == "alice"
+    turns = {r["turn_id"]: r for r in records if r["record"] == "turn"}
+    assert turns["t1"]["question"] == "Hello?"
+    assert turns["t2"]["deleted"] and turns["t2"]["question"] is None
+    assert "Doomed" not in response.text and "Bob's secret" not in response.text
+    assert records[-1] == {
+        "record": "end",
+        "conversations": 1,
+        "turns": 2,
+        "deleted_turns": 1,
+    }
+    assert api.http.get("/v1/export").status_code == 401
