@@ -21,6 +21,7 @@ from domain.errors import (
     ConversationNotFoundError,
     DeviceNotFoundError,
     InvalidInputError,
+    PurgeIncompleteError,
     TextUnavailableError,
     TurnConflictError,
     TurnDeletedError,
@@ -47,6 +48,7 @@ _STATUS: list[tuple[type[TurnLedgerError], int, str]] = [
     (TurnConflictError, 409, "turn_conflict"),
     (VersionConflictError, 409, "version_conflict"),
     (TextUnavailableError, 410, "text_unavailable"),
+    (PurgeIncompleteError, 503, "purge_incomplete"),
     (WindowError, 422, "window_error"),
 ]
 
@@ -59,6 +61,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         (409, "turn id reused, turn deleted, or a stale expected_version"),
         (410, "a turn's text whose key was destroyed meanwhile"),
         (413, "request body or turn over the size limit"),
+        (503, "deletion recorded but its purge must be re-run: send it again"),
         (422, "malformed JSON, wrong types or invalid values"),
     ]
 }
