@@ -30,7 +30,10 @@ from domain.conversation import Conversation, TurnStatus
 from domain.errors import InvalidInputError
 
 MAX_CHANGES_PER_READ = 1000
-_LOG_PAGE = 1000
+_LOG_PAGE = 250
+# A read stops adding changes once their stored events (sealed text included)
+# pass this many bytes, so a batch of large turns cannot exhaust memory.
+_MAX_STORED_BYTES_PER_READ = 8 * 1_048_576
 # A read stops after scanning this many notifications of the whole log even if
 # none was the caller's, and hands back a position past them, so one request
 # never walks an unbounded stretch of other users' events.
@@ -163,20 +166,28 @@ class ConversationFeed:
                 "limit", f"must be an integer from 1 to {MAX_CHANGES_PER_READ}"
             )
         mine: list[Notification] = []
+        mine_bytes = 0
         scanned = 0
-        caught_up = False
-        while len(mine) < limit and scanned < _MAX_SCANNED_PER_READ:
+        full = caught_up = False
+        while not full and scanned < _MAX_SCANNED_PER_READ:
             page = self._ledger.recorder.select_notifications(
                 start=position + 1, limit=_LOG_PAGE
             )
             for notification in page:
-                position = notification.id
                 if self._owner_of_notification(notification) == owner_id:
-                    mine.append(notification)
-                    if len(mine) == limit:
+                    # A batch always takes one change, however large, so a
+                    # device can never get stuck behind a big turn.
+                    mine_bytes += len(notification.state)
+                    if mine and mine_bytes > _MAX_STORED_BYTES_PER_READ:
+                        full = True
                         break
+                    mine.append(notification)
+                position = notification.id
+                if len(mine) == limit:
+                    full = True
+                    break
             scanned += len(page)
-            if len(page) < _LOG_PAGE and len(mine) < limit:
+            if not full and len(page) < _LOG_PAGE:
                 caught_up = True
                 break
         return ChangeBatch(tuple(self._describe(mine)), position, caught_up)

@@ -201,3 +201,26 @@ def test_a_chosen_conversation_id_makes_starting_idempotent_for_its_owner_only(
         ledger.start_conversation("bob", conversation_id=chosen)
     assert ledger.recorder.max_notification_id() == head
     assert ledger.get_conversation("alice", chosen).owner_id == "alice"
+
+
+def test_a_read_stops_at_its_byte_budget_and_the_next_read_resumes(
+    ledger: Conversations, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import domain.feed
+
+    feed = ConversationFeed(ledger)
+    conversation = ledger.start_conversation("alice")
+    for n in range(5):
+        ledger.confirm_turn(
+            "alice", conversation, turn_id=f"t{n}", question="q" * 3000, answer="a"
+        )
+    whole, _ = read_all(feed, "alice")
+    # Room for about two of these turns per read; a single larger one still fits.
+    monkeypatch.setattr(domain.feed, "_MAX_STORED_BYTES_PER_READ", 9_000)
+    first = feed.changes_since("alice", 0)
+    assert 1 <= len(first.changes) < len(whole) and not first.caught_up
+    paged, _ = read_all(feed, "alice")
+    assert paged == whole
+    monkeypatch.setattr(domain.feed, "_MAX_STORED_BYTES_PER_READ", 1)
+    one_by_one, _ = read_all(feed, "alice")
+    assert one_by_one == whole
