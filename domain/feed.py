@@ -190,6 +190,14 @@ class ConversationFeed:
             if not full and len(page) < _LOG_PAGE:
                 caught_up = True
                 break
+        if not mine and caught_up and position > self.head_position():
+            # Only possible when the store went back in time (a restore from an
+            # older backup): events after the head would be missed unseen.
+            raise InvalidInputError(
+                "position",
+                "is past the end of the log (was the store restored from an older "
+                "backup?); sync again from the beginning",
+            )
         return ChangeBatch(tuple(self._describe(mine)), position, caught_up)
 
     # Internals ----------------------------------------------------------------

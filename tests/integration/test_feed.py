@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from domain.application import Conversations
-from domain.errors import ConversationNotFoundError
+from domain.errors import ConversationNotFoundError, InvalidInputError
 from domain.feed import (
     ConversationFeed,
     ConversationStartedChange,
@@ -224,3 +224,12 @@ def test_a_read_stops_at_its_byte_budget_and_the_next_read_resumes(
     monkeypatch.setattr(domain.feed, "_MAX_STORED_BYTES_PER_READ", 1)
     one_by_one, _ = read_all(feed, "alice")
     assert one_by_one == whole
+
+
+def test_a_position_past_the_end_of_the_log_is_refused(ledger: Conversations) -> None:
+    feed = ConversationFeed(ledger)
+    ledger.start_conversation("alice")
+    _, head = read_all(feed, "alice")
+    assert feed.changes_since("alice", head).changes == ()
+    with pytest.raises(InvalidInputError, match="past the end of the log"):
+        feed.changes_since("alice", head + 1)
