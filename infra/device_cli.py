@@ -51,7 +51,7 @@ def run_list(arguments: argparse.Namespace) -> int:
     finally:
         registry.close()
     table = Table(title="devices")
-    for column in ("device", "user", "name", "added", "revoked"):
+    for column in ("device", "user", "name", "added", "added by", "revoked"):
         table.add_column(column)
     for device in devices:
         table.add_row(
@@ -59,6 +59,7 @@ def run_list(arguments: argparse.Namespace) -> int:
             device.user_id,
             device.name,
             f"{device.created_at:%Y-%m-%d %H:%M:%S}",
+            device.added_by or "(cli)",
             f"{device.revoked_at:%Y-%m-%d %H:%M:%S}" if device.revoked_at else "",
         )
     Console(width=160).print(table)
@@ -71,5 +72,8 @@ def run_revoke(arguments: argparse.Namespace) -> int:
         device = registry.revoke(arguments.device_id)
     finally:
         registry.close()
-    print(f"revoked device {device.device_id} of user {device.user_id}")
+    print(
+        f"revoked device {device.device_id} of user {device.user_id}, "
+        "and any device it added"
+    )
     return 0

@@ -40,6 +40,8 @@ class Device:
     name: str
     created_at: datetime
     revoked_at: datetime | None = None
+    added_by: str | None = None
+    """The device that added this one over HTTP; None when added by the CLI."""
 
     @property
     def revoked(self) -> bool:
@@ -78,7 +80,9 @@ class DeviceRegistry:
     def __init__(self, store: DeviceStore) -> None:
         self._store = store
 
-    def add(self, user_id: str, name: str) -> IssuedDevice:
+    def add(
+        self, user_id: str, name: str, *, added_by: str | None = None
+    ) -> IssuedDevice:
         check_identifier("user_id", user_id)
         check_text("name", name)
         if len(name) > MAX_DEVICE_NAME_CHARS:
@@ -91,6 +95,7 @@ class DeviceRegistry:
             user_id=user_id,
             name=name,
             created_at=datetime.now(UTC),
+            added_by=added_by,
         )
         self._store.insert(device, token_digest(token))
         return IssuedDevice(device, token)
@@ -114,18 +119,28 @@ class DeviceRegistry:
         return self._store.list(user_id)
 
     def revoke(self, device_id: str, *, user_id: str | None = None) -> Device:
-        """Revoke a device; with `user_id`, only one of that user's devices.
+        """Revoke a device and every device it added, transitively.
 
-        Revoking an already revoked device keeps its first revocation time.
+        With `user_id`, only one of that user's devices. A stolen token could
+        have been used to add devices; revoking it revokes those too. Revoking
+        an already revoked device keeps its first revocation time.
         """
         device = self._store.get(device_id) if isinstance(device_id, str) else None
         if device is None or (user_id is not None and device.user_id != user_id):
             raise DeviceNotFoundError(str(device_id))
-        if device.revoked:
-            return device
         at = datetime.now(UTC)
-        self._store.mark_revoked(device_id, at)
-        return replace(device, revoked_at=at)
+        siblings = self._store.list(device.user_id)
+        doomed, frontier = {device.device_id}, [device.device_id]
+        while frontier:
+            parent = frontier.pop()
+            for child in siblings:
+                if child.added_by == parent and child.device_id not in doomed:
+                    doomed.add(child.device_id)
+                    frontier.append(child.device_id)
+        for each in siblings:
+            if each.device_id in doomed and not each.revoked:
+                self._store.mark_revoked(each.device_id, at)
+        return device if device.revoked else replace(device, revoked_at=at)
 
     def close(self) -> None:
         self._store.close()
@@ -173,17 +188,18 @@ class MemoryDeviceStore:
         pass
 
 
-_COLUMNS = "device_id, user_id, name, created_at, revoked_at"
+_COLUMNS = "device_id, user_id, name, created_at, revoked_at, added_by"
 
 
 def _device(row: tuple[object, ...]) -> Device:
-    device_id, user_id, name, created_at, revoked_at = row
+    device_id, user_id, name, created_at, revoked_at, added_by = row
     return Device(
         device_id=str(device_id),
         user_id=str(user_id),
         name=str(name),
         created_at=_as_datetime(created_at),
         revoked_at=None if revoked_at is None else _as_datetime(revoked_at),
+        added_by=None if added_by is None else str(added_by),
     )
 
 
@@ -209,6 +225,7 @@ class SQLiteDeviceStore:
                 " name TEXT NOT NULL,"
                 " created_at TEXT NOT NULL,"
                 " revoked_at TEXT,"
+                " added_by TEXT,"
                 " token_digest BLOB NOT NULL UNIQUE)"
             )
 
@@ -216,13 +233,14 @@ class SQLiteDeviceStore:
         with self._lock:
             self._connection.execute(
                 f"INSERT INTO devices ({_COLUMNS}, token_digest) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (
                     device.device_id,
                     device.user_id,
                     device.name,
                     device.created_at.isoformat(),
                     None,
+                    device.added_by,
                     token_digest,
                 ),
             )
@@ -233,7 +251,7 @@ class SQLiteDeviceStore:
                 f"SELECT {_COLUMNS}, token_digest FROM devices WHERE token_digest = ?",
                 (token_digest,),
             ).fetchone()
-        return None if row is None else (_device(row[:5]), bytes(row[5]))
+        return None if row is None else (_device(row[:6]), bytes(row[6]))
 
     def get(self, device_id: str) -> Device | None:
         with self._lock:
@@ -290,6 +308,7 @@ class PostgresDeviceStore:
                     " name text NOT NULL,"
                     " created_at timestamptz NOT NULL,"
                     " revoked_at timestamptz,"
+                    " added_by text,"
                     " token_digest bytea NOT NULL UNIQUE)"
                 ).format(self._table)
             )
@@ -299,13 +318,14 @@ class PostgresDeviceStore:
             connection.execute(
                 sql.SQL(
                     "INSERT INTO {} (" + _COLUMNS + ", token_digest) "
-                    "VALUES (%s, %s, %s, %s, NULL, %s)"
+                    "VALUES (%s, %s, %s, %s, NULL, %s, %s)"
                 ).format(self._table),
                 (
                     device.device_id,
                     device.user_id,
                     device.name,
                     device.created_at,
+                    device.added_by,
                     token_digest,
                 ),
             )
@@ -320,7 +340,7 @@ class PostgresDeviceStore:
                 ).format(self._table),
                 (token_digest,),
             ).fetchone()
-        return None if row is None else (_device(row[:5]), bytes(row[5]))
+        return None if row is None else (_device(row[:6]), bytes(row[6]))
 
     def get(self, device_id: str) -> Device | None:
         with self._pool.connection() as connection:

@@ -23,6 +23,7 @@ def device_out(device: Device) -> DeviceOut:
         name=device.name,
         created_at=device.created_at,
         revoked_at=device.revoked_at,
+        added_by=device.added_by,
     )
 
 
@@ -37,8 +38,11 @@ def list_devices(device: CurrentDevice, service: CurrentService) -> DeviceListOu
 def add_device(
     request: DeviceIn, device: CurrentDevice, service: CurrentService
 ) -> DeviceIssuedOut:
-    """Add another device for the caller's user; its token is shown only here."""
-    issued = service.registry.add(device.user_id, request.name)
+    """Add another device for the caller's user; its token is shown only here.
+    Revoking the caller later revokes this device too."""
+    issued = service.registry.add(
+        device.user_id, request.name, added_by=device.device_id
+    )
     return DeviceIssuedOut(device=device_out(issued.device), token=issued.token)
 
 
@@ -48,5 +52,6 @@ def revoke_device(
     device: CurrentDevice,
     service: CurrentService,
 ) -> DeviceOut:
-    """Revoke one of the user's devices (the caller's own included)."""
+    """Revoke one of the user's devices (the caller's own included), and every
+    device it added, so a stolen token cannot leave devices of its own behind."""
     return device_out(service.registry.revoke(device_id, user_id=device.user_id))

@@ -69,6 +69,9 @@ class DeviceOut(BaseModel):
     name: str
     created_at: datetime
     revoked_at: datetime | None
+    added_by: str | None = Field(
+        description="the device that added this one; revoking it revokes this too"
+    )
 
 
 class DeviceIssuedOut(BaseModel):

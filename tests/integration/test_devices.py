@@ -159,3 +159,22 @@ def test_the_device_commands_add_list_and_revoke(tmp_path: Path) -> None:
         assert missing.returncode == 1 and "not found" in missing.stderr
     finally:
         registry.close()
+
+
+def test_revoking_a_device_revokes_the_devices_it_added(
+    registry: DeviceRegistry,
+) -> None:
+    root = registry.add("alice", "phone")
+    child = registry.add("alice", "tablet", added_by=root.device.device_id)
+    grandchild = registry.add("alice", "tv", added_by=child.device.device_id)
+    sibling = registry.add("alice", "laptop")
+    assert grandchild.device.added_by == child.device.device_id
+    registry.revoke(root.device.device_id, user_id="alice")
+    for issued in (root, child, grandchild):
+        with pytest.raises(UnauthenticatedError, match="revoked"):
+            registry.authenticate(issued.token)
+    assert registry.authenticate(sibling.token) == sibling.device
+    # Revoking a leaf leaves its parent alone.
+    other = registry.add("alice", "watch", added_by=sibling.device.device_id)
+    registry.revoke(other.device.device_id)
+    assert registry.authenticate(sibling.token) == sibling.device

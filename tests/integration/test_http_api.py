@@ -315,11 +315,13 @@ def test_devices_of_one_user_manage_each_other(api: Api) -> None:
         d["name"] for d in api.http.get("/v1/devices", headers=laptop).json()["devices"]
     ]
     assert sorted(names) == ["laptop", "phone"]
-    revoked = api.http.delete(
-        f"/v1/devices/{added.json()['device']['device_id']}", headers=api.auth
-    )
+    assert added.json()["device"]["added_by"] is not None
+    # Revoking the phone revokes the laptop it added, too.
+    phone_id = added.json()["device"]["added_by"]
+    revoked = api.http.delete(f"/v1/devices/{phone_id}", headers=laptop)
     assert revoked.status_code == 200
     assert api.http.get("/v1/conversations", headers=laptop).status_code == 401
+    assert api.http.get("/v1/conversations", headers=api.auth).status_code == 401
 
 
 def test_starting_a_conversation_with_a_client_key_is_idempotent(api: Api) -> None:
