@@ -393,3 +393,28 @@ def test_the_export_streams_the_users_conversations_as_json_lines(api: Api) -> N
         "deleted_turns": 1,
     }
     assert api.http.get("/v1/export").status_code == 401
+
+
+def test_concurrent_devices_on_every_store_lose_and_duplicate_nothing(
+    api: Api,
+) -> None:
+    """The service's thread pool against each store (the PostgreSQL end-to-end
+    test does 8 x 200 over real HTTP; this covers SQLite and memory too)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def push(device: int) -> list[int]:
+        versions = []
+        for n in range(15):
+            url = turn_url(api, f"d{device}-{n}")
+            body = {"question": f"q{device}-{n}", "answer": "a"}
+            first = api.http.put(url, headers=api.auth, json=body)
+            again = api.http.put(url, headers=api.auth, json=body)
+            assert first.status_code == 200 and first.json() == again.json()
+            versions.append(first.json()["version"])
+        return versions
+
+    with ThreadPoolExecutor(4) as pool:
+        versions = sorted(v for vs in pool.map(push, range(4)) for v in vs)
+    assert versions == list(range(3, 63))  # t1 holds version 2
+    changes = api.http.get("/v1/sync", headers=api.auth).json()["changes"]
+    assert [c["version"] for c in changes] == list(range(1, 63))
