@@ -6,12 +6,19 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from eventsourcing.application import AggregateNotFoundError, Application
 from eventsourcing.persistence import IntegrityError, JSONTranscoder
 
-from domain.conversation import Conversation, TurnEntry, TurnSizes, TurnStatus
+from domain.conversation import (
+    Conversation,
+    FoldEntry,
+    TurnEntry,
+    TurnSizes,
+    TurnStatus,
+    fold_key_id,
+)
 from domain.errors import (
     ConversationNotFoundError,
     InvalidInputError,
@@ -23,6 +30,7 @@ from domain.errors import (
 )
 from domain.ports import TextVault
 from domain.purge import PurgeReport, PurgeRunner
+from domain.query_cache import QueryCache
 from domain.text import (
     DEFAULT_MAX_TURN_BYTES,
     TextMetrics,
@@ -31,15 +39,11 @@ from domain.text import (
     check_text,
     check_turn_size,
 )
-from domain.transcodings import BytesAsBase64, TurnEntryAsList
-from projections.window import (
-    Window,
-    WindowTurn,
-    assemble_window,
-    count_fitting_turns,
-    mandatory_size,
-    turn_cost,
-)
+from domain.transcodings import BytesAsBase64, FoldEntryAsList, TurnEntryAsList
+from domain.windowing import FoldStatus, fold_status, window_for
+from projections.policy import WindowPolicy
+from projections.tokens import CHAR_ESTIMATE, TokenCounter
+from projections.window import Window, resolve_policy
 
 T = TypeVar("T")
 
@@ -108,6 +112,14 @@ class ProjectedWindow:
     window: Window
 
 
+@dataclass(frozen=True, slots=True)
+class FoldReceipt:
+    conversation_id: UUID
+    fold_id: str
+    covers_through_turn_id: str
+    version: int
+
+
 class Conversations(Application[UUID]):
     """The conversation ledger, for application services."""
 
@@ -123,6 +135,7 @@ class Conversations(Application[UUID]):
         vault: TextVault,
         max_turn_bytes: int = DEFAULT_MAX_TURN_BYTES,
         snapshot_interval: int = DEFAULT_SNAPSHOT_INTERVAL,
+        query_cache_size: int = 0,
     ) -> None:
         self.vault = vault
         self.max_turn_bytes = max_turn_bytes
@@ -130,12 +143,20 @@ class Conversations(Application[UUID]):
         # setting shadows the class default without touching other ledgers.
         self.snapshotting_intervals = {Conversation: snapshot_interval}  # type: ignore[misc]
         super().__init__(env)
+        self._query_cache = QueryCache(
+            query_cache_size,
+            load=self.repository.get,
+            newer_events=lambda conversation_id, version: self.events.get(
+                conversation_id, gt=version
+            ),
+        )
         self.purge = PurgeRunner(self, vault.purge_view)
 
     def register_transcodings(self, transcoder: JSONTranscoder) -> None:
         super().register_transcodings(transcoder)
         transcoder.register(BytesAsBase64())
         transcoder.register(TurnEntryAsList())
+        transcoder.register(FoldEntryAsList())
 
     def close(self) -> None:
         super().close()
@@ -327,50 +348,136 @@ class Conversations(Application[UUID]):
         question: str,
         system: str,
         model: str,
-        max_bytes: int,
+        max_bytes: int | None = None,
+        policy: WindowPolicy | None = None,
+        token_counter: TokenCounter | None = None,
     ) -> ProjectedWindow:
-        """The request for `question`: the newest whole turns that fit max_bytes.
+        """The request for `question` under `policy` (see projections/window.py).
 
-        Chooses turns from the sizes recorded with them, then reads and
-        decrypts only the turns it keeps. Reads only: nothing is written.
+        Without a policy only `max_bytes` applies; with one, `max_bytes`, when
+        given, overrides the policy's. Chooses turns from the sizes recorded
+        with them, then reads and decrypts only the turns it keeps. Reads
+        only: nothing is written.
         """
         check_text("question", question)
         check_text("system", system, allow_empty=True)
         check_text("model", model)
-        if (
+        if max_bytes is not None and (
             isinstance(max_bytes, bool)
             or not isinstance(max_bytes, int)
             or max_bytes < 1
         ):
             raise InvalidInputError("max_bytes", "must be a positive integer")
-        conversation = self.get_conversation(owner_id, conversation_id)
-        newest_first = list(
-            _take_fitting(
-                conversation.eligible_turns_newest_first(),
-                mandatory_bytes=mandatory_size(
-                    model=model, system=system, question=question
-                ),
-                max_bytes=max_bytes,
-            )
-        )
-        kept_entries = newest_first[::-1]
-        texts = self._read_texts(conversation, kept_entries)
-        kept_ids = {entry.turn_id for entry in kept_entries}
-        window = assemble_window(
-            model=model,
-            system=system,
-            kept=[WindowTurn(e.turn_id, *texts[e.turn_id]) for e in kept_entries],
-            dropped_turn_ids=tuple(
-                entry.turn_id
-                for entry in conversation.turns.values()
-                if entry.eligible and entry.turn_id not in kept_ids
-            ),
+        if max_bytes is None and policy is None:
+            raise InvalidInputError("max_bytes", "give max_bytes or a policy")
+        if policy is not None and not isinstance(policy, WindowPolicy):
+            raise InvalidInputError("policy", "expected a WindowPolicy")
+        counter = token_counter or CHAR_ESTIMATE
+        if not isinstance(counter, TokenCounter):
+            raise InvalidInputError("token_counter", "expected a TokenCounter")
+        conversation = self._read_conversation(owner_id, conversation_id)
+        window = window_for(
+            conversation,
             question=question,
-            max_bytes=max_bytes,
+            system=system,
+            model=model,
+            policy=resolve_policy(policy, max_bytes),
+            counter=counter,
+            read_texts=lambda entries: self._read_texts(conversation, entries),
+            read_fold=lambda fold: self._read_fold(conversation, fold),
         )
         return ProjectedWindow(conversation.id, conversation.version, window)
 
+    def record_fold(
+        self,
+        owner_id: str,
+        conversation_id: UUID,
+        *,
+        covers_through_turn_id: str,
+        summary: str,
+        fold_id: str | None = None,
+        expected_version: int | None = None,
+    ) -> FoldReceipt:
+        """Record a summary that stands in for every turn up to the given one.
+
+        Written by the application service that made the summary; windows send
+        it instead of the turns it covers. Deleting any covered turn destroys it.
+        """
+        check_identifier("covers_through_turn_id", covers_through_turn_id)
+        check_text("summary", summary)
+        check_turn_size(summary, limit=self.max_turn_bytes)
+        check_expected_version(expected_version)
+        fold_id = check_identifier("fold_id", fold_id or uuid4().hex)
+        metrics = TextMetrics.of(summary)
+
+        def attempt(conversation: Conversation) -> None:
+            sealed = self.vault.seal(
+                conversation.id, fold_key_id(fold_id), "summary", summary
+            )
+            conversation.record_fold(
+                fold_id=fold_id,
+                covers_through_turn_id=covers_through_turn_id,
+                sealed_summary=sealed,
+                summary_json_bytes=metrics.json_bytes,
+                summary_chars=metrics.chars,
+                expected_version=expected_version,
+            )
+
+        conversation, _ = self._write(owner_id, conversation_id, attempt)
+        fold = conversation.fold_map()[fold_id]
+        return FoldReceipt(
+            conversation.id, fold_id, fold.covers_through_turn_id, fold.version
+        )
+
+    def get_fold_status(
+        self, owner_id: str, conversation_id: UUID, *, threshold_tokens: int
+    ) -> FoldStatus:
+        """Whether the turns after the current fold exceed `threshold_tokens`."""
+        if (
+            isinstance(threshold_tokens, bool)
+            or not isinstance(threshold_tokens, int)
+            or threshold_tokens < 1
+        ):
+            raise InvalidInputError("threshold_tokens", "must be a positive integer")
+        return fold_status(
+            self._read_conversation(owner_id, conversation_id), threshold_tokens
+        )
+
+    def get_fold_summary(self, owner_id: str, conversation_id: UUID) -> str | None:
+        """The text of the current fold, or None when there is none."""
+        conversation = self._read_conversation(owner_id, conversation_id)
+        fold = conversation.current_fold
+        return None if fold is None else self._read_fold(conversation, fold)
+
     # Internals ----------------------------------------------------------------
+
+    def _read_conversation(self, owner_id: str, conversation_id: UUID) -> Conversation:
+        """For queries only: with a query cache, the cached object itself,
+        which queries must not change."""
+        check_identifier("owner_id", owner_id)
+        if not isinstance(conversation_id, UUID):
+            raise InvalidInputError("conversation_id", "expected a UUID")
+        try:
+            conversation: object = self._query_cache.get(conversation_id)
+        except AggregateNotFoundError:
+            raise ConversationNotFoundError(conversation_id) from None
+        if (
+            not isinstance(conversation, Conversation)
+            or conversation.owner_id != owner_id
+        ):
+            raise ConversationNotFoundError(conversation_id)
+        return conversation
+
+    def _read_fold(self, conversation: Conversation, fold: FoldEntry) -> str:
+        recorded = next(
+            self._events_between(conversation.id, fold.version, fold.version)
+        )
+        (summary,) = self.vault.open_many(
+            conversation.id, [(fold.key_id, "summary", recorded.sealed_summary)]
+        )
+        if summary is None:
+            raise TextUnavailableError(conversation.id, fold.key_id)
+        return summary
 
     def _record_turn(
         self,
@@ -525,20 +632,3 @@ class Conversations(Application[UUID]):
         self, conversation_id: UUID, first: int, last: int
     ) -> Iterator[Any]:
         return iter(self.events.get(conversation_id, gt=first - 1, lte=last))
-
-
-def _take_fitting(
-    newest_first: Iterator[TurnEntry], *, mandatory_bytes: int, max_bytes: int
-) -> Iterator[TurnEntry]:
-    """The newest entries whose recorded sizes fit beside the mandatory input."""
-    entries: list[TurnEntry] = []
-
-    def costs() -> Iterator[int]:
-        for entry in newest_first:
-            entries.append(entry)
-            yield turn_cost(entry.question_json_bytes, entry.answer_json_bytes)
-
-    kept = count_fitting_turns(
-        mandatory_bytes=mandatory_bytes, costs_newest_first=costs(), max_bytes=max_bytes
-    )
-    return iter(entries[:kept])

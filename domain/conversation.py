@@ -14,10 +14,12 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
+from itertools import islice
 
 from eventsourcing.domain import Aggregate, event
 
 from domain.errors import (
+    FoldConflictError,
     TurnConflictError,
     TurnDeletedError,
     TurnNotFoundError,
@@ -61,6 +63,34 @@ class TurnEntry:
         # Immutable all the way down: a copied aggregate may share its entries,
         # which makes copies from the aggregate cache cheap for long histories.
         return self
+
+
+@dataclass(frozen=True, slots=True)
+class FoldEntry:
+    """A summary recorded by the application, standing in for older turns."""
+
+    fold_id: str
+    version: int  # of the event holding the sealed summary
+    recorded_at: datetime
+    covers_through_turn_id: str
+    covered_turns: int  # turns (of any status) up to and including that one
+    covered_eligible: int  # of which were eligible when the fold was recorded
+    summary_json_bytes: int
+    summary_chars: int
+    withdrawn_at: datetime | None = None
+
+    @property
+    def withdrawn(self) -> bool:
+        return self.withdrawn_at is not None
+
+    @property
+    def key_id(self) -> str:
+        """The vault key of its summary ('/' never occurs in a turn id)."""
+        return fold_key_id(self.fold_id)
+
+
+def fold_key_id(fold_id: str) -> str:
+    return f"fold/{fold_id}"
 
 
 class Conversation(Aggregate):
@@ -111,13 +141,60 @@ class Conversation(Aggregate):
             assert isinstance(aggregate, Conversation)
             for turn_id in self.turn_ids:
                 entry = aggregate.turns[turn_id]
+                aggregate._count_eligible(-1 if entry.eligible else 0)
                 aggregate.turns[turn_id] = replace(entry, deleted_at=self.timestamp)
+
+    class FoldRecorded(Aggregate.Event):
+        """A summary of every turn up to one turn, written by the application.
+
+        The summary is sealed under its own vault key, destroyed when any turn
+        it covers is deleted (its text was derived from theirs).
+        """
+
+        fold_id: str
+        covers_through_turn_id: str
+        covered_turns: int
+        covered_eligible: int
+        sealed_summary: bytes
+        summary_json_bytes: int
+        summary_chars: int
+
+        def apply(self, aggregate: Aggregate) -> None:
+            assert isinstance(aggregate, Conversation)
+            aggregate.folds = {
+                **aggregate.fold_map(),
+                self.fold_id: FoldEntry(
+                    fold_id=self.fold_id,
+                    version=self.originator_version,
+                    recorded_at=self.timestamp,
+                    covers_through_turn_id=self.covers_through_turn_id,
+                    covered_turns=self.covered_turns,
+                    covered_eligible=self.covered_eligible,
+                    summary_json_bytes=self.summary_json_bytes,
+                    summary_chars=self.summary_chars,
+                ),
+            }
+
+    class FoldWithdrawn(Aggregate.Event):
+        """Folds that may no longer be sent or read (covered turns were deleted)."""
+
+        fold_ids: list[str]
+        reason: str
+
+        def apply(self, aggregate: Aggregate) -> None:
+            assert isinstance(aggregate, Conversation)
+            folds = dict(aggregate.fold_map())
+            for fold_id in self.fold_ids:
+                folds[fold_id] = replace(folds[fold_id], withdrawn_at=self.timestamp)
+            aggregate.folds = folds
 
     @event(Started)
     def __init__(self, owner_id: str) -> None:
         self.owner_id = owner_id
         # Insertion order is turn order; JSON objects keep it through snapshots.
         self.turns: dict[str, TurnEntry] = {}
+        self.folds: dict[str, FoldEntry] = {}
+        self._eligible_count = 0
 
     # Commands -----------------------------------------------------------------
 
@@ -194,7 +271,64 @@ class Conversation(Aggregate):
                 whole_history=turn_ids is None,
                 deleted_by=deleted_by,
             )
+            self._withdraw_folds_covering(targets)
         return targets
+
+    def record_fold(
+        self,
+        *,
+        fold_id: str,
+        covers_through_turn_id: str,
+        sealed_summary: bytes,
+        summary_json_bytes: int,
+        summary_chars: int,
+        expected_version: int | None = None,
+    ) -> None:
+        """Record a summary of every turn up to `covers_through_turn_id`."""
+        self.check_version(expected_version)
+        if fold_id in self.fold_map():
+            raise FoldConflictError(self.id, fold_id, "is already recorded")
+        entry = self.turns.get(covers_through_turn_id)
+        if entry is None:
+            raise TurnNotFoundError(self.id, [covers_through_turn_id])
+        if entry.deleted:
+            raise TurnDeletedError(self.id, covers_through_turn_id)
+        covered_turns = list(self.turns).index(covers_through_turn_id) + 1
+        current = self.current_fold
+        if current is not None and covered_turns < current.covered_turns:
+            raise FoldConflictError(
+                self.id,
+                fold_id,
+                f"would cover fewer turns than fold {current.fold_id}, which covers "
+                f"through turn {current.covers_through_turn_id}",
+            )
+        covered_eligible = sum(
+            1 for turn in islice(self.turns.values(), covered_turns) if turn.eligible
+        )
+        self.trigger_event(
+            self.FoldRecorded,
+            fold_id=fold_id,
+            covers_through_turn_id=covers_through_turn_id,
+            covered_turns=covered_turns,
+            covered_eligible=covered_eligible,
+            sealed_summary=sealed_summary,
+            summary_json_bytes=summary_json_bytes,
+            summary_chars=summary_chars,
+        )
+
+    def _withdraw_folds_covering(self, deleted_turn_ids: list[str]) -> None:
+        live = [fold for fold in self.fold_map().values() if not fold.withdrawn]
+        if not live:
+            return
+        wanted = set(deleted_turn_ids)
+        first_deleted = next(
+            position for position, turn_id in enumerate(self.turns) if turn_id in wanted
+        )
+        covering = [fold.fold_id for fold in live if fold.covered_turns > first_deleted]
+        if covering:
+            self.trigger_event(
+                self.FoldWithdrawn, fold_ids=covering, reason="covered turns deleted"
+            )
 
     # Rules --------------------------------------------------------------------
 
@@ -212,11 +346,16 @@ class Conversation(Aggregate):
 
     # Mutators (run on every replay: assignment only) --------------------------
 
+    def _count_eligible(self, change: int) -> None:
+        if "_eligible_count" in self.__dict__:
+            self._eligible_count += change
+
     def _add_turn(
         self,
         recorded: Conversation.TurnConfirmed | Conversation.TurnAbandoned,
         status: TurnStatus,
     ) -> None:
+        self._count_eligible(1 if status is TurnStatus.CONFIRMED else 0)
         self.turns[recorded.turn_id] = TurnEntry(
             turn_id=recorded.turn_id,
             status=status,
@@ -232,6 +371,29 @@ class Conversation(Aggregate):
 
     def eligible_turns_newest_first(self) -> Iterator[TurnEntry]:
         return (entry for entry in reversed(self.turns.values()) if entry.eligible)
+
+    @property
+    def eligible_count(self) -> int:
+        """How many turns may be sent: confirmed and not deleted."""
+        if "_eligible_count" not in self.__dict__:
+            # An aggregate restored from a snapshot taken before the counter.
+            self._eligible_count = sum(
+                1 for entry in self.turns.values() if entry.eligible
+            )
+        return self._eligible_count
+
+    def fold_map(self) -> dict[str, FoldEntry]:
+        # Snapshots taken before folds existed have no attribute.
+        folds: dict[str, FoldEntry] = self.__dict__.get("folds", {})
+        return folds
+
+    @property
+    def current_fold(self) -> FoldEntry | None:
+        """The newest fold that may be sent, if any."""
+        for fold in reversed(self.fold_map().values()):
+            if not fold.withdrawn:
+                return fold
+        return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@
     ├── TextUnavailableError         sealed text whose key has been destroyed
     ├── DeviceNotFoundError          unknown device, or another user's
     ├── UnauthenticatedError         missing, unknown or revoked device token
+    ├── FoldConflictError            a fold id is reused, or a fold would cover less
     ├── PurgeIncompleteError         a deletion is recorded but its purge must be re-run
     └── WindowError                  a request window cannot be built
         └── MandatoryInputTooLargeError  system + current question exceed max_bytes
@@ -130,6 +131,15 @@ class UnauthenticatedError(TurnLedgerError):
     def __init__(self, reason: str) -> None:
         self.reason = reason
         super().__init__(f"not authenticated: {reason}")
+class FoldConflictError(TurnLedgerError):
+    """Raised when a fold id is taken or a new fold would cover fewer turns."""
+
+    def __init__(self, conversation_id: UUID, fold_id: str, reason: str) -> None:
+        self.conversation_id = conversation_id
+        self.fold_id = fold_id
+        super().__init__(f"fold {fold_id} of conversation {conversation_id}: {reason}")
+
+
 class PurgeIncompleteError(TurnLedgerError):
     """Raised when a deletion was recorded but destroying its keys failed."""
 

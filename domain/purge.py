@@ -2,6 +2,7 @@
 
 `HistoryDeleted` is recorded first. The purge then reads the log from its own
 tracked position and, for each `HistoryDeleted`, destroys the turns' data keys
+(and, for each `FoldWithdrawn` recorded with it, the withdrawn folds' keys)
 in the same key-store transaction that records the event's position. A crash
 between the event and the purge therefore leaves a deletion that the next run
 (the next deletion, or start-up) completes; the keys of turns that were not
@@ -25,7 +26,7 @@ from eventsourcing.persistence import Tracking
 from eventsourcing.projection import Projection
 from eventsourcing.utils import get_topic
 
-from domain.conversation import Conversation
+from domain.conversation import Conversation, fold_key_id
 from domain.ports import KeyPurgeView
 
 # Notifications read per page while catching up.
@@ -47,7 +48,10 @@ class HistoryPurge(Projection[KeyPurgeView]):
     """Destroys the keys named by each `HistoryDeleted` event, tracking its position."""
 
     name = "history_purge"
-    topics = (get_topic(Conversation.HistoryDeleted),)
+    topics = (
+        get_topic(Conversation.HistoryDeleted),
+        get_topic(Conversation.FoldWithdrawn),
+    )
 
     def __init__(self, view: KeyPurgeView) -> None:
         super().__init__(view)
@@ -64,6 +68,16 @@ class HistoryPurge(Projection[KeyPurgeView]):
             domain_event.originator_id, list(domain_event.turn_ids), tracking
         )
         self.deletions_processed += 1
+
+    @process_event.register
+    def _(self, domain_event: Conversation.FoldWithdrawn, tracking: Tracking) -> None:
+        # A fold's summary was derived from the turns it covered: when they are
+        # deleted, its key goes the same way (recorded in the same save).
+        self.keys_destroyed += self.view.destroy_keys(
+            domain_event.originator_id,
+            [fold_key_id(fold_id) for fold_id in domain_event.fold_ids],
+            tracking,
+        )
 
 
 class PurgeRunner:

@@ -7,7 +7,7 @@ from typing import Any
 
 from eventsourcing.persistence import Transcoding
 
-from domain.conversation import TurnEntry, TurnStatus
+from domain.conversation import FoldEntry, TurnEntry, TurnStatus
 
 
 class BytesAsBase64(Transcoding):
@@ -62,4 +62,46 @@ class TurnEntryAsList(Transcoding):
             question_chars=q_chars,
             answer_chars=a_chars,
             deleted_at=deleted_at,
+        )
+
+
+class FoldEntryAsList(Transcoding):
+    type = FoldEntry
+    name = "fold_entry"
+
+    def encode(self, obj: FoldEntry) -> list[Any]:
+        return [
+            obj.fold_id,
+            obj.version,
+            obj.recorded_at,
+            obj.covers_through_turn_id,
+            obj.covered_turns,
+            obj.covered_eligible,
+            obj.summary_json_bytes,
+            obj.summary_chars,
+            obj.withdrawn_at,
+        ]
+
+    def decode(self, data: list[Any]) -> FoldEntry:
+        (
+            fold_id,
+            version,
+            recorded_at,
+            covers_through,
+            covered_turns,
+            covered_eligible,
+            summary_json_bytes,
+            summary_chars,
+            withdrawn_at,
+        ) = data
+        return FoldEntry(
+            fold_id=fold_id,
+            version=version,
+            recorded_at=recorded_at,
+            covers_through_turn_id=covers_through,
+            covered_turns=covered_turns,
+            covered_eligible=covered_eligible,
+            summary_json_bytes=summary_json_bytes,
+            summary_chars=summary_chars,
+            withdrawn_at=withdrawn_at,
         )

@@ -88,6 +88,7 @@ def open_conversations(
             vault=vault,
             max_turn_bytes=settings.max_turn_bytes,
             snapshot_interval=settings.snapshot_interval,
+            query_cache_size=settings.query_cache_size,
         )
     except BaseException:
         vault.close()

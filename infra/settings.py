@@ -18,6 +18,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from domain.application import DEFAULT_SNAPSHOT_INTERVAL
 from domain.text import DEFAULT_MAX_TURN_BYTES
+from projections.formats import WireFormatName
+from projections.policy import DEFAULT_MAX_BYTES, WindowPolicy, check_fold_gap
 
 
 def _default_data_dir() -> Path:
@@ -54,6 +56,44 @@ class Settings(BaseSettings):
 
     max_turn_bytes: PositiveInt = DEFAULT_MAX_TURN_BYTES
     snapshot_interval: PositiveInt = DEFAULT_SNAPSHOT_INTERVAL
+    # Conversations kept in memory for queries (0: none); see docs/window.md.
+    query_cache_size: NonNegativeInt = 0
+
+    # The request window (projections/policy.py documents each limit).
+    window_format: WireFormatName = "openai-chat"
+    window_max_bytes: PositiveInt = DEFAULT_MAX_BYTES
+    window_max_tokens: PositiveInt = 4_000
+    window_reserved_output_tokens: NonNegativeInt = 1_000
+    window_context_tokens: PositiveInt | None = None
+    window_max_messages: PositiveInt = 25
+    window_max_pairs: PositiveInt | None = None
+    window_floor_messages: NonNegativeInt = 10
+    window_max_message_tokens: PositiveInt = 1_000
+    window_fold_max_tokens: PositiveInt = 2_000
+    window_tokenizer: Literal["char4", "o200k_base", "cl100k_base"] = "char4"
+    fold_threshold_tokens: PositiveInt = 2_000
+
+    @model_validator(mode="after")
+    def _window_covers_the_fold_gap(self) -> Self:
+        # Refuse to start rather than silently lose context (seed 002).
+        check_fold_gap(self.window_max_tokens, self.fold_threshold_tokens)
+        self.window_policy()  # every other rule of the policy, checked now too
+        return self
+
+    def window_policy(self) -> WindowPolicy:
+        return WindowPolicy(
+            wire_format=self.window_format,
+            max_bytes=self.window_max_bytes,
+            max_tokens=self.window_max_tokens,
+            reserved_output_tokens=self.window_reserved_output_tokens,
+            context_tokens=self.window_context_tokens,
+            max_messages=self.window_max_messages,
+            max_pairs=self.window_max_pairs,
+            floor_messages=self.window_floor_messages,
+            max_message_tokens=self.window_max_message_tokens,
+            fold_max_tokens=self.window_fold_max_tokens,
+            fold_threshold_tokens=self.fold_threshold_tokens,
+        )
 
     # HTTP service (`turnledger serve`). The body limit leaves room for a turn at
     # max_turn_bytes even when JSON escaping inflates it (a control character

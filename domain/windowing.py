@@ -1,0 +1,284 @@
+"""The request window of a stored conversation: choose from metadata, read little.
+
+The pure policy lives in `projections/window.py`; this module feeds it from
+the aggregate. Each turn's JSON-string sizes and code-point counts were
+recorded when it was confirmed, so with the default char/4 counter the whole
+choice is made from metadata and only the turns that are sent are read and
+decrypted. Text is read before the choice only where it is needed to know a
+message's size as sent:
+
+- a message over the per-message token limit (trimming changes its bytes),
+- every message, when the counter is a real tokenizer (token counts depend on
+  the tokenizer, so they are not recorded).
+
+The walk is bounded by the window, so at most one turn that is not sent (the
+one where the walk stops) is decrypted, and only in those two cases.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from uuid import UUID
+
+from domain.conversation import Conversation, FoldEntry, TurnEntry
+from projections.policy import WindowPolicy
+from projections.tokens import (
+    CharEstimate,
+    TokenCounter,
+    char_estimate,
+    needs_trim_by_chars,
+)
+from projections.window import (
+    DroppedSpan,
+    DroppedTurns,
+    MessageSize,
+    PairCandidate,
+    Window,
+    WindowTurn,
+    build_window,
+    frame_request,
+    measure_pair,
+    plan_in_frame,
+    prepare_fold,
+)
+
+logger = logging.getLogger("turnledger.window")
+
+ReadTexts = Callable[[Sequence[TurnEntry]], dict[str, tuple[str, str]]]
+ReadFold = Callable[[FoldEntry], str]
+
+
+@dataclass(frozen=True, slots=True)
+class FoldStatus:
+    """Whether the turns after the current fold call for a new one.
+
+    `unfolded_tokens` is the char/4 estimate of the eligible turns after the
+    fold, counted from the newest back until the threshold is passed (so it is
+    exact when `due` is false, and a lower bound when it is true).
+    """
+
+    fold_id: str | None
+    covers_through_turn_id: str | None
+    unfolded_tokens: int
+    threshold_tokens: int
+    due: bool
+
+
+def newest_after_fold(conversation: Conversation) -> Iterator[TurnEntry]:
+    """Turns newest first, down to the current fold's last covered turn.
+
+    A lazy walk over the turn index: it costs the turns it reaches, never the
+    length of the history.
+    """
+    fold = conversation.current_fold
+    boundary = None if fold is None else fold.covers_through_turn_id
+    for entry in reversed(conversation.turns.values()):
+        if entry.turn_id == boundary:
+            return
+        yield entry
+
+
+def fold_status(conversation: Conversation, threshold_tokens: int) -> FoldStatus:
+    fold = conversation.current_fold
+    tokens = 0
+    for entry in newest_after_fold(conversation):
+        if entry.eligible:
+            tokens += char_estimate(entry.question_chars)
+            tokens += char_estimate(entry.answer_chars)
+            if tokens > threshold_tokens:
+                break
+    return FoldStatus(
+        fold_id=None if fold is None else fold.fold_id,
+        covers_through_turn_id=None if fold is None else fold.covers_through_turn_id,
+        unfolded_tokens=tokens,
+        threshold_tokens=threshold_tokens,
+        due=tokens > threshold_tokens,
+    )
+
+
+# A cached aggregate may be fast-forwarded by another thread while a query
+# walks its turn index; the walk then starts again on the newer state.
+_WALK_ATTEMPTS = 3
+
+
+def window_for(
+    conversation: Conversation,
+    *,
+    question: str,
+    system: str,
+    model: str,
+    policy: WindowPolicy,
+    counter: TokenCounter,
+    read_texts: ReadTexts,
+    read_fold: ReadFold,
+) -> Window:
+    """The window of `conversation` for `question` under `policy`."""
+    for attempt in range(_WALK_ATTEMPTS):
+        try:
+            window = _window_once(
+                conversation,
+                question=question,
+                system=system,
+                model=model,
+                policy=policy,
+                counter=counter,
+                read_texts=read_texts,
+                read_fold=read_fold,
+            )
+        except RuntimeError as error:
+            if "changed size" not in str(error) or attempt == _WALK_ATTEMPTS - 1:
+                raise
+            continue
+        _log_if_bounded(conversation.id, window)
+        return window
+    raise AssertionError("unreachable")
+
+
+def _window_once(
+    conversation: Conversation,
+    *,
+    question: str,
+    system: str,
+    model: str,
+    policy: WindowPolicy,
+    counter: TokenCounter,
+    read_texts: ReadTexts,
+    read_fold: ReadFold,
+) -> Window:
+    fold = conversation.current_fold
+    prepared = (
+        None
+        if fold is None
+        else prepare_fold(fold.fold_id, read_fold(fold), counter, policy)
+    )
+    frame = frame_request(
+        model=model,
+        system=system,
+        question=question,
+        fold=prepared,
+        policy=policy,
+        counter=counter,
+    )
+    from_metadata = isinstance(counter, CharEstimate)
+    limit = policy.max_message_tokens
+    sent: dict[str, WindowTurn] = {}
+    walked: list[TurnEntry] = []
+
+    def candidates() -> Iterator[PairCandidate]:
+        for entry in newest_after_fold(conversation):
+            if not entry.eligible:
+                continue
+            walked.append(entry)
+            if from_metadata and not (
+                needs_trim_by_chars(entry.question_chars, limit)
+                or needs_trim_by_chars(entry.answer_chars, limit)
+            ):
+                yield PairCandidate(
+                    entry.turn_id,
+                    MessageSize(
+                        entry.question_json_bytes, char_estimate(entry.question_chars)
+                    ),
+                    MessageSize(
+                        entry.answer_json_bytes, char_estimate(entry.answer_chars)
+                    ),
+                )
+                continue
+            question_text, answer_text = read_texts([entry])[entry.turn_id]
+            candidate, as_sent = measure_pair(
+                WindowTurn(entry.turn_id, question_text, answer_text), counter, limit
+            )
+            sent[entry.turn_id] = as_sent
+            yield candidate
+
+    plan = plan_in_frame(frame, candidates(), policy)
+    kept = len(plan.kept_newest_first)
+    kept_entries = walked[:kept][::-1]
+    texts = read_texts([entry for entry in kept_entries if entry.turn_id not in sent])
+    sent_turns = [
+        sent.get(entry.turn_id) or WindowTurn(entry.turn_id, *texts[entry.turn_id])
+        for entry in kept_entries
+    ]
+    stopped_at = walked[kept].turn_id if plan.stop_reason is not None else None
+    return build_window(
+        frame=frame,
+        plan=plan,
+        sent_turns=sent_turns,
+        dropped=_dropped(conversation, fold, plan.stop_reason, stopped_at, kept),
+        policy=policy,
+        counter=counter,
+        fold_due=fold_status(conversation, policy.fold_threshold_tokens).due,
+    )
+
+
+def _dropped(
+    conversation: Conversation,
+    fold: FoldEntry | None,
+    stop_reason: str | None,
+    stopped_at: str | None,
+    kept: int,
+) -> DroppedTurns:
+    """Spans of dropped turns; their ids are listed only when asked for."""
+    turns = conversation.turns
+
+    def eligible_ids(after: str | None, through: str) -> Callable[[], Iterator[str]]:
+        def ids() -> Iterator[str]:
+            started = after is None
+            for entry in tuple(turns.values()):  # an atomic copy, when asked
+                if not started:
+                    started = entry.turn_id == after
+                    continue
+                if entry.eligible:
+                    yield entry.turn_id
+                if entry.turn_id == through:
+                    return
+
+        return ids
+
+    spans = []
+    covered = 0
+    boundary = None if fold is None else fold.covers_through_turn_id
+    if fold is not None:
+        covered = fold.covered_eligible
+        spans.append(
+            DroppedSpan(
+                "fold",
+                covered,
+                boundary,
+                eligible_ids(None, fold.covers_through_turn_id),
+            )
+        )
+    if stop_reason is not None and stopped_at is not None:
+        spans.append(
+            DroppedSpan(
+                stop_reason,  # type: ignore[arg-type]
+                conversation.eligible_count - covered - kept,
+                stopped_at,
+                eligible_ids(boundary, stopped_at),
+            )
+        )
+    return DroppedTurns(spans)
+
+
+def _log_if_bounded(conversation_id: UUID, window: Window) -> None:
+    """One structured record when anything was left out; never message text."""
+    if not window.dropped:
+        return
+    logger.info(
+        "window bounded: %d turns dropped, %d kept, ~%d tokens",
+        len(window.dropped),
+        len(window.kept_turn_ids),
+        window.estimated_tokens,
+        extra={
+            "event": "window_bounded",
+            "conversation_id": str(conversation_id),
+            "dropped": len(window.dropped),
+            "dropped_by_reason": window.dropped.counts(),
+            "kept": len(window.kept_turn_ids),
+            "estimated_tokens": window.estimated_tokens,
+            "body_bytes": window.byte_length,
+            "wire_format": window.wire_format,
+            "trimmed": len(window.trimmed),
+        },
+    )

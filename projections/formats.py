@@ -1,0 +1,174 @@
+"""Wire formats: the request body a provider client sends, byte for byte.
+
+Every body is serialized as compact UTF-8 JSON without ASCII escaping
+(``json.dumps(doc, ensure_ascii=False, separators=(",", ":"))``), which is
+what httpx-based provider clients put on the wire. Keys are in a fixed order.
+
+Each format places the four parts of a request where its API expects them:
+
+==================  ======================  ==========================  ==============
+format              system instructions     fold (summary)              history
+==================  ======================  ==========================  ==============
+openai-chat         first ``system`` msg    second ``system`` message   ``messages``
+openai-responses    ``instructions``        first ``developer`` item    ``input``
+anthropic-messages  top-level ``system``    a second ``system`` block   ``messages``
+gemini-contents     ``system_instruction``  a second instruction part   ``contents``
+==================  ======================  ==========================  ==============
+
+Empty system instructions are left out where the API allows it (all but
+openai-chat, whose body has always carried the system message). Anthropic
+requires ``max_tokens``, so its body carries the policy's output reserve.
+
+The accounting the window relies on: a history pair adds, in every format, a
+constant number of bytes (``pair_overhead``) plus the JSON-string sizes of
+its two texts, because every text is one JSON string and every pair is two
+more elements of one array that always holds at least the current question.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any, Literal, get_args
+
+WireFormatName = Literal[
+    "openai-chat", "openai-responses", "anthropic-messages", "gemini-contents"
+]
+WIRE_FORMATS: tuple[str, ...] = get_args(WireFormatName)
+
+FOLD_LABEL = (
+    "Summary of the earlier conversation (it stands in for the turns before "
+    "the messages that follow):\n"
+)
+
+
+def label_fold(summary: str) -> str:
+    """The fold as sent: a label that says what it is, then the summary."""
+    return FOLD_LABEL + summary
+
+
+@dataclass(frozen=True, slots=True)
+class RequestParts:
+    """Everything a request body is made of, texts already final."""
+
+    model: str
+    system: str
+    question: str
+    pairs: Sequence[tuple[str, str]] = field(default_factory=tuple)
+    fold: str | None = None  # labelled summary, or None
+    max_output_tokens: int = 1000
+
+
+def encode_json(document: Any) -> bytes:
+    """Compact UTF-8 JSON, as a provider client sends it."""
+    return json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode(
+        "utf-8"
+    )
+
+
+def _openai_chat(parts: RequestParts) -> dict[str, Any]:
+    messages: list[dict[str, Any]] = [{"role": "system", "content": parts.system}]
+    if parts.fold is not None:
+        messages.append({"role": "system", "content": parts.fold})
+    for question, answer in parts.pairs:
+        messages.append({"role": "user", "content": question})
+        messages.append({"role": "assistant", "content": answer})
+    messages.append({"role": "user", "content": parts.question})
+    return {"model": parts.model, "messages": messages}
+
+
+def _openai_responses(parts: RequestParts) -> dict[str, Any]:
+    document: dict[str, Any] = {"model": parts.model}
+    if parts.system:
+        document["instructions"] = parts.system
+    items: list[dict[str, Any]] = []
+    if parts.fold is not None:
+        items.append({"role": "developer", "content": parts.fold})
+    for question, answer in parts.pairs:
+        items.append({"role": "user", "content": question})
+        items.append({"role": "assistant", "content": answer})
+    items.append({"role": "user", "content": parts.question})
+    document["input"] = items
+    return document
+
+
+def _anthropic_messages(parts: RequestParts) -> dict[str, Any]:
+    document: dict[str, Any] = {
+        "model": parts.model,
+        "max_tokens": parts.max_output_tokens,
+    }
+    if parts.fold is not None:
+        document["system"] = [
+            {"type": "text", "text": text}
+            for text in (parts.system, parts.fold)
+            if text
+        ]
+    elif parts.system:
+        document["system"] = parts.system
+    # Whole pairs then the question: user/assistant alternate strictly.
+    messages: list[dict[str, Any]] = []
+    for question, answer in parts.pairs:
+        messages.append({"role": "user", "content": question})
+        messages.append({"role": "assistant", "content": answer})
+    messages.append({"role": "user", "content": parts.question})
+    document["messages"] = messages
+    return document
+
+
+def _gemini_contents(parts: RequestParts) -> dict[str, Any]:
+    # The model is part of the URL, not of the body.
+    document: dict[str, Any] = {}
+    instruction = [{"text": text} for text in (parts.system, parts.fold) if text]
+    if instruction:
+        document["system_instruction"] = {"parts": instruction}
+    contents: list[dict[str, Any]] = []
+    for question, answer in parts.pairs:
+        contents.append({"role": "user", "parts": [{"text": question}]})
+        contents.append({"role": "model", "parts": [{"text": answer}]})
+    contents.append({"role": "user", "parts": [{"text": parts.question}]})
+    document["contents"] = contents
+    return document
+
+
+_BUILDERS: dict[str, Callable[[RequestParts], dict[str, Any]]] = {
+    "openai-chat": _openai_chat,
+    "openai-responses": _openai_responses,
+    "anthropic-messages": _anthropic_messages,
+    "gemini-contents": _gemini_contents,
+}
+
+
+def request_document(wire_format: str, parts: RequestParts) -> dict[str, Any]:
+    """The request as a JSON-ready document in `wire_format`."""
+    try:
+        builder = _BUILDERS[wire_format]
+    except KeyError:
+        raise ValueError(f"unknown wire format {wire_format!r}") from None
+    return builder(parts)
+
+
+def render_body(wire_format: str, parts: RequestParts) -> bytes:
+    """The exact bytes of the request body."""
+    return encode_json(request_document(wire_format, parts))
+
+
+@cache
+def pair_overhead(wire_format: str) -> int:
+    """Bytes a history pair adds besides its two JSON strings."""
+    bare = RequestParts(model="m", system="s", question="q")
+    with_pair = RequestParts(model="m", system="s", question="q", pairs=(("", ""),))
+    empty_strings = 2 * len(b'""')
+    return (
+        len(render_body(wire_format, with_pair))
+        - len(render_body(wire_format, bare))
+        - empty_strings
+    )
+
+
+def pair_bytes(
+    wire_format: str, question_json_bytes: int, answer_json_bytes: int
+) -> int:
+    """Bytes one whole pair adds to a body in `wire_format`."""
+    return pair_overhead(wire_format) + question_json_bytes + answer_json_bytes

@@ -1,0 +1,96 @@
+"""The textbook window: re-serialize every candidate suffix and measure it.
+
+Quadratic on purpose. It shares no accounting with projections/window.py (only
+the rendering of a body and the trim of a text), so it checks that the fast
+path's sums, floor and stopping rule produce the very same bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from domain.errors import MandatoryInputTooLargeError
+from projections.formats import RequestParts, label_fold, render_body
+from projections.policy import WindowPolicy
+from projections.tokens import TokenCounter, trim_text
+from projections.window import WindowFold, WindowTurn
+
+
+def naive_window(
+    *,
+    model: str,
+    system: str,
+    turns: Sequence[WindowTurn],
+    question: str,
+    policy: WindowPolicy,
+    counter: TokenCounter,
+    fold: WindowFold | None = None,
+) -> tuple[bytes, tuple[str, ...]]:
+    """(body, kept turn ids) by trying suffixes from the longest down."""
+    fmt = policy.wire_format
+
+    def body(suffix: Sequence[WindowTurn], fold_text: str | None) -> bytes:
+        pairs = [
+            (
+                trim_text(turn.question, counter, policy.max_message_tokens).text,
+                trim_text(turn.answer, counter, policy.max_message_tokens).text,
+            )
+            for turn in suffix
+        ]
+        parts = RequestParts(
+            model=model,
+            system=system,
+            question=question,
+            pairs=pairs,
+            fold=fold_text,
+            max_output_tokens=policy.reserved_output_tokens,
+        )
+        return render_body(fmt, parts)
+
+    mandatory = len(body([], None))
+    if mandatory > policy.max_bytes:
+        raise MandatoryInputTooLargeError(mandatory, policy.max_bytes)
+    fold_text = None
+    if fold is not None:
+        fold_text = label_fold(
+            trim_text(fold.summary, counter, policy.fold_max_tokens).text
+        )
+        if len(body([], fold_text)) > policy.max_bytes:
+            fold_text = None
+    fixed = counter.count(system) + counter.count(question)
+    if fold_text is not None:
+        fixed += counter.count(fold_text)
+    budgets = [] if policy.max_tokens is None else [policy.max_tokens]
+    if policy.context_tokens is not None:
+        budgets.append(
+            max(0, policy.context_tokens - policy.reserved_output_tokens - fixed)
+        )
+    budget = min(budgets) if budgets else None
+    pair_limit = min(
+        [
+            n
+            for n in (
+                policy.max_pairs,
+                None if policy.max_messages is None else policy.max_messages // 2,
+            )
+            if n is not None
+        ],
+        default=None,
+    )
+    floor = (policy.floor_messages + 1) // 2
+    for start in range(len(turns) + 1):
+        suffix = turns[start:]
+        candidate = body(suffix, fold_text)
+        if len(candidate) > policy.max_bytes:
+            continue
+        if pair_limit is not None and len(suffix) > pair_limit:
+            continue
+        tokens = sum(
+            trim_text(turn.question, counter, policy.max_message_tokens).tokens
+            + trim_text(turn.answer, counter, policy.max_message_tokens).tokens
+            for turn in suffix
+        )
+        if budget is not None and tokens > budget and len(suffix) > floor:
+            continue
+        return candidate, tuple(turn.turn_id for turn in suffix)
+    raise AssertionError("the empty suffix always fits")
