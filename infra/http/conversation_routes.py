@@ -188,6 +188,9 @@ def project_window(
 ) -> WindowOut:
     """The request body for `question`, built from the newest turns that fit.
     Reads only."""
+    policy = request.policy
+    if policy is None and request.max_bytes is None:
+        policy = service.settings.window_policy()
     projected = service.ledger.project_window(
         device.user_id,
         conversation_id,
@@ -195,6 +198,10 @@ def project_window(
         system=request.system,
         model=request.model,
         max_bytes=request.max_bytes,
+        policy=policy,
+        token_counter=service.token_counter(
+            request.tokenizer or service.settings.window_tokenizer
+        ),
     )
     window = projected.window
     return WindowOut(
@@ -203,9 +210,17 @@ def project_window(
         body=window.body.decode("utf-8"),
         byte_length=window.byte_length,
         max_bytes=window.max_bytes,
+        wire_format=window.wire_format,
+        token_counter=window.token_counter,
+        estimated_tokens=window.estimated_tokens,
+        history_tokens=window.history_tokens,
         kept_turn_ids=list(window.kept_turn_ids),
         dropped_turn_ids=list(window.dropped_turn_ids),
         omitted=window.omitted,
+        fold_id=window.fold_id,
+        fold_sent=window.fold_sent,
+        fold_due=window.fold_due,
+        report=window.report(),
     )
 
 

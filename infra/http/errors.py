@@ -33,6 +33,7 @@ from domain.errors import (
     WindowError,
 )
 from infra.http.schemas import ErrorResponse
+from infra.tokenizers import TokenizerUnavailableError
 
 logger = logging.getLogger(__name__)
 
@@ -147,6 +148,9 @@ def install_error_handlers(app: FastAPI) -> None:
             )
         return error_response(error.status_code, code, message, headers=error.headers)
 
+    async def on_tokenizer_unavailable(_: Request, error: Exception) -> Response:
+        return error_response(503, "tokenizer_unavailable", str(error))
+
     async def on_unexpected(_: Request, error: Exception) -> Response:
         logger.exception("unexpected error", exc_info=error)
         return error_response(500, "internal_error", "internal error")
@@ -154,4 +158,5 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(TurnLedgerError, on_ledger_error)
     app.add_exception_handler(RequestValidationError, on_validation_error)
     app.add_exception_handler(StarletteHTTPException, on_http_error)
+    app.add_exception_handler(TokenizerUnavailableError, on_tokenizer_unavailable)
     app.add_exception_handler(Exception, on_unexpected)

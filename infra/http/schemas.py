@@ -8,13 +8,15 @@ ledger, which rejects unpaired surrogates and empty questions.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Literal, Self
+from typing import Annotated, Any, Literal, Self
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from domain.application import MAX_HISTORY_PAGE
 from domain.feed import MAX_CHANGES_PER_READ
+from infra.tokenizers import TokenizerName
+from projections.policy import WindowPolicy
 
 Identifier = Annotated[
     str,
@@ -177,13 +179,28 @@ class DeletionOut(BaseModel):
 
 
 class WindowIn(RequestModel):
-    """What the window is built from. A nested `policy` object is reserved for
-    window options, so new options never change the meaning of these fields."""
+    """What the window is built from, and under which policy."""
 
     question: str
     system: str = ""
     model: str
-    max_bytes: int = Field(ge=1, le=2**53)
+    max_bytes: int | None = Field(
+        default=None,
+        ge=1,
+        le=2**53,
+        description="hard limit on the body's UTF-8 bytes; overrides the policy's. "
+        "Given alone (no policy): only this limit applies",
+    )
+    policy: WindowPolicy | None = Field(
+        default=None,
+        description="every option of the window policy; with neither policy nor "
+        "max_bytes, the service's configured policy (TURNLEDGER_WINDOW_*) applies",
+    )
+    tokenizer: TokenizerName | None = Field(
+        default=None,
+        description="token counter for the soft budgets; default "
+        "TURNLEDGER_WINDOW_TOKENIZER",
+    )
 
 
 class WindowOut(BaseModel):
@@ -192,9 +209,19 @@ class WindowOut(BaseModel):
     body: str = Field(description="the request body; its UTF-8 bytes are what to send")
     byte_length: int
     max_bytes: int
+    wire_format: str
+    token_counter: str
+    estimated_tokens: int
+    history_tokens: int
     kept_turn_ids: list[str]
     dropped_turn_ids: list[str]
     omitted: bool
+    fold_id: str | None
+    fold_sent: bool
+    fold_due: bool
+    report: dict[str, Any] = Field(
+        description="what was kept, dropped or trimmed and why; never message text"
+    )
 
 
 # Sync ---------------------------------------------------------------------------

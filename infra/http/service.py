@@ -16,6 +16,8 @@ from infra.devices import Device, DeviceRegistry
 from infra.http.cursor import CursorCodec
 from infra.http.notifier import ChangeSignal
 from infra.settings import Settings
+from infra.tokenizers import token_counter
+from projections.tokens import TokenCounter
 
 
 class ConversationLocks:
@@ -44,8 +46,17 @@ class Service:
     signal: ChangeSignal = field(default_factory=ChangeSignal)
     locks: ConversationLocks = field(default_factory=ConversationLocks)
 
+    _counters: dict[str, TokenCounter] = field(default_factory=dict)
+
     def __post_init__(self) -> None:
         self.feed = ConversationFeed(self.ledger)
+
+    def token_counter(self, name: str) -> TokenCounter:
+        """The named counter, loaded once (tiktoken encodings take a while)."""
+        counter = self._counters.get(name)
+        if counter is None:
+            counter = self._counters[name] = token_counter(name)
+        return counter
 
 
 def get_service(request: Request) -> Service:

@@ -418,3 +418,59 @@ def test_concurrent_devices_on_every_store_lose_and_duplicate_nothing(
     assert versions == list(range(3, 63))  # t1 holds version 2
     changes = api.http.get("/v1/sync", headers=api.auth).json()["changes"]
     assert [c["version"] for c in changes] == list(range(1, 63))
+def test_the_window_endpoint_takes_every_option_of_the_window_policy(api: Api) -> None:
+    url = f"/v1/conversations/{api.conversation}/window"
+    for n in range(2, 6):
+        api.http.put(
+            turn_url(api, f"t{n}"),
+            headers=api.auth,
+            json={"question": f"Question {n}?", "answer": f"Answer {n}."},
+        )
+    policy = {
+        "wire_format": "anthropic-messages",
+        "max_bytes": 100_000,
+        "max_tokens": None,
+        "max_messages": 4,
+        "floor_messages": 2,
+        "reserved_output_tokens": 256,
+    }
+    window = api.http.post(
+        url,
+        headers=api.auth,
+        json={
+            "question": "Next?",
+            "system": "Be brief.",
+            "model": "m",
+            "policy": policy,
+        },
+    )
+    assert window.status_code == 200, window.text
+    out = window.json()
+    assert out["wire_format"] == "anthropic-messages"
+    assert out["kept_turn_ids"] == ["t4", "t5"]  # 4 messages = 2 turns
+    assert out["dropped_turn_ids"] == ["t1", "t2", "t3"]
+    body = json.loads(out["body"])
+    assert body["max_tokens"] == 256 and body["system"] == "Be brief."
+    assert out["report"]["kept_turn_ids"] == ["t4", "t5"]
+    # The service's configured policy when the request names none.
+    default = api.http.post(
+        url, headers=api.auth, json={"question": "Next?", "model": "m"}
+    )
+    assert default.status_code == 200 and default.json()["wire_format"] == "openai-chat"
+    # A policy that breaks its own rules is refused, naming the rule.
+    bad = api.http.post(
+        url,
+        headers=api.auth,
+        json={
+            "question": "Next?",
+            "model": "m",
+            "policy": {"max_messages": 2, "floor_messages": 5},
+        },
+    )
+    assert bad.status_code == 422 and "floor_messages" in bad.text
+    unknown = api.http.post(
+        url,
+        headers=api.auth,
+        json={"question": "Next?", "model": "m", "policy": {"max_bites": 5}},
+    )
+    assert unknown.status_code == 422
