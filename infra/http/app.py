@@ -11,7 +11,13 @@ from pydantic import BaseModel
 
 from domain.application import Conversations
 from infra.devices import DeviceRegistry, open_device_registry
-from infra.http import conversation_routes, device_routes, export_routes, sync_routes
+from infra.http import (
+    conversation_routes,
+    device_routes,
+    export_routes,
+    fold_routes,
+    sync_routes,
+)
 from infra.http.cursor import CursorCodec
 from infra.http.errors import install_error_handlers
 from infra.http.limits import BodySizeLimit
@@ -88,6 +94,7 @@ def create_app(
     app.include_router(sync_routes.router)
     app.include_router(device_routes.router)
     app.include_router(export_routes.router)
+    app.include_router(fold_routes.router)
 
     @app.get("/v1/health", response_model=HealthOut, tags=["service"])
     def health() -> HealthOut:

@@ -20,6 +20,7 @@ from starlette.responses import Response
 from domain.errors import (
     ConversationNotFoundError,
     DeviceNotFoundError,
+    FoldConflictError,
     InvalidInputError,
     PurgeIncompleteError,
     TextUnavailableError,
@@ -50,6 +51,7 @@ _STATUS: list[tuple[type[TurnLedgerError], int, str]] = [
     (VersionConflictError, 409, "version_conflict"),
     (TextUnavailableError, 410, "text_unavailable"),
     (PurgeIncompleteError, 503, "purge_incomplete"),
+    (FoldConflictError, 409, "fold_conflict"),
     (WindowError, 422, "window_error"),
 ]
 

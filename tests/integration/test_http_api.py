@@ -418,6 +418,8 @@ def test_concurrent_devices_on_every_store_lose_and_duplicate_nothing(
     assert versions == list(range(3, 63))  # t1 holds version 2
     changes = api.http.get("/v1/sync", headers=api.auth).json()["changes"]
     assert [c["version"] for c in changes] == list(range(1, 63))
+
+
 def test_the_window_endpoint_takes_every_option_of_the_window_policy(api: Api) -> None:
     url = f"/v1/conversations/{api.conversation}/window"
     for n in range(2, 6):
@@ -474,3 +476,36 @@ def test_the_window_endpoint_takes_every_option_of_the_window_policy(api: Api) -
         json={"question": "Next?", "model": "m", "policy": {"max_bites": 5}},
     )
     assert unknown.status_code == 422
+
+
+def test_an_application_service_records_a_fold_and_windows_send_it(api: Api) -> None:
+    base = f"/v1/conversations/{api.conversation}"
+    for n in range(2, 5):
+        api.http.put(
+            turn_url(api, f"t{n}"),
+            headers=api.auth,
+            json={"question": f"Question {n}?", "answer": f"Answer {n}."},
+        )
+    before = api.http.get(f"{base}/fold", headers=api.auth).json()
+    assert before["fold_id"] is None and before["summary"] is None
+    body = {"covers_through_turn_id": "t2", "summary": "Hello, twice.", "fold_id": "f1"}
+    recorded = api.http.post(f"{base}/folds", headers=api.auth, json=body)
+    assert recorded.status_code == 201, recorded.text
+    assert recorded.json()["fold_id"] == "f1"
+    again = api.http.post(f"{base}/folds", headers=api.auth, json=body)
+    assert again.status_code == 409 and again.json()["error"]["code"] == "fold_conflict"
+    status = api.http.get(f"{base}/fold", headers=api.auth).json()
+    assert status["summary"] == "Hello, twice."
+    assert status["covers_through_turn_id"] == "t2"
+    window = api.http.post(
+        f"{base}/window",
+        headers=api.auth,
+        json={"question": "Next?", "model": "m", "max_bytes": 100_000},
+    ).json()
+    assert "Hello, twice." in window["body"] and window["fold_id"] == "f1"
+    missing = api.http.post(
+        f"{base}/folds",
+        headers=api.auth,
+        json={"covers_through_turn_id": "nope", "summary": "s"},
+    )
+    assert missing.status_code == 404
