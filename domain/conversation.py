@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
 from itertools import islice
+from typing import Any
 
 from eventsourcing.domain import Aggregate, event
 

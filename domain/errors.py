@@ -131,6 +131,8 @@ class UnauthenticatedError(TurnLedgerError):
     def __init__(self, reason: str) -> None:
         self.reason = reason
         super().__init__(f"not authenticated: {reason}")
+
+
 class FoldConflictError(TurnLedgerError):
     """Raised when a fold id is taken or a new fold would cover fewer turns."""
 
