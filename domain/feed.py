@@ -269,7 +269,7 @@ class ConversationFeed:
                     deleted_by=recorded.deleted_by,
                 )
             else:
-                yield OtherChange(**common, event_type=type(recorded).__qualname__)
+                yield OtherChange(**common, event_type=type(recorded).__name__)
 
     def _open_texts(
         self, events: Sequence[Any]

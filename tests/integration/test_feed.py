@@ -15,6 +15,7 @@ from domain.feed import (
     ConversationFeed,
     ConversationStartedChange,
     HistoryDeletedChange,
+    OtherChange,
     TurnRecordedChange,
 )
 from infra.persistence import open_conversations
@@ -233,3 +234,28 @@ def test_a_position_past_the_end_of_the_log_is_refused(ledger: Conversations) ->
     assert feed.changes_since("alice", head).changes == ()
     with pytest.raises(InvalidInputError, match="past the end of the log"):
         feed.changes_since("alice", head + 1)
+
+
+def test_folds_arrive_as_other_changes_without_their_text(
+    ledger: Conversations,
+) -> None:
+    feed = ConversationFeed(ledger)
+    conversation = ledger.start_conversation("alice")
+    ledger.confirm_turn("alice", conversation, turn_id="t1", question="q", answer="a")
+    ledger.record_fold(
+        "alice", conversation, covers_through_turn_id="t1", summary=SECRET
+    )
+    ledger.delete_history("alice", conversation, turn_ids=["t1"])
+    changes, _ = read_all(feed, "alice")
+    assert SECRET not in repr(changes)
+    kinds = [
+        c.event_type if isinstance(c, OtherChange) else type(c).__name__
+        for c in changes
+    ]
+    assert kinds[:3] == [
+        "ConversationStartedChange",
+        "TurnRecordedChange",
+        "FoldRecorded",
+    ]
+    assert "HistoryDeletedChange" in kinds
+    assert [c.version for c in changes] == list(range(1, len(changes) + 1))
