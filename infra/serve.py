@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from domain.errors import InvalidInputError
 from infra.settings import Settings
 
 
@@ -30,6 +31,13 @@ def run(arguments: argparse.Namespace) -> int:
     import uvicorn
 
     settings = Settings()  # checked here, once, before any worker starts
+    if arguments.workers < 1:
+        raise InvalidInputError("--workers", "must be at least 1")
+    if settings.persistence == "memory" and arguments.workers > 1:
+        # Each process would hold its own store: devices would see different data.
+        raise InvalidInputError(
+            "--workers", "the memory store lives in one process: use 1, or SQLite"
+        )
     uvicorn.run(
         "infra.http.app:app_from_environment",
         factory=True,
