@@ -120,6 +120,11 @@ def test_a_third_users_device_can_neither_read_nor_write_nor_learn(
             mallory.post(
                 f"/v1/conversations/{target}/deletions", json={"whole_history": True}
             ),
+            mallory.post(
+                f"/v1/conversations/{target}/folds",
+                json={"covers_through_turn_id": "t1", "summary": "mine now"},
+            ),
+            mallory.get(f"/v1/conversations/{target}/fold"),
         ]
 
     # Alice's conversation is answered exactly like one that does not exist.
@@ -131,6 +136,9 @@ def test_a_third_users_device_can_neither_read_nor_write_nor_learn(
         assert SECRET not in foreign.text
 
     assert mallory.get("/v1/conversations").json() == {"conversations": []}
+    exported = mallory.get("/v1/export")
+    assert exported.status_code == 200
+    assert SECRET not in exported.text and conversation not in exported.text
     changes, _ = pull(mallory)
     assert changes == []
     # Alice's cursor is no use to Mallory, and says nothing about Alice.
