@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
 from itertools import islice
+from typing import Any
 
 from eventsourcing.domain import Aggregate, event
 
@@ -57,6 +58,11 @@ class TurnEntry:
     def eligible(self) -> bool:
         """Whether this turn may ever be sent in a request window."""
         return self.status is TurnStatus.CONFIRMED and not self.deleted
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> TurnEntry:
+        # Immutable all the way down: a copied aggregate may share its entries,
+        # which makes copies from the aggregate cache cheap for long histories.
+        return self
 
 
 @dataclass(frozen=True, slots=True)
