@@ -235,9 +235,33 @@ class Conversations(Application[UUID]):
 
     # Commands -----------------------------------------------------------------
 
-    def start_conversation(self, owner_id: str) -> UUID:
-        conversation = Conversation(owner_id=check_identifier("owner_id", owner_id))
-        self.save(conversation)
+    def start_conversation(
+        self, owner_id: str, *, conversation_id: UUID | None = None
+    ) -> UUID:
+        """Start a conversation; with `conversation_id`, retrying is a no-op.
+
+        A caller that chooses the id (e.g. derived from a client's request key)
+        can retry safely: if the owner already has that conversation, its id is
+        returned and nothing is written.
+        """
+        check_identifier("owner_id", owner_id)
+        if conversation_id is None:
+            conversation = Conversation(owner_id=owner_id)
+        elif not isinstance(conversation_id, UUID):
+            raise InvalidInputError("conversation_id", "expected a UUID")
+        else:
+            # The library's constructor for a chosen id; same Started event.
+            conversation = Conversation._create(
+                Conversation.Started, id=conversation_id, owner_id=owner_id
+            )
+        try:
+            self.save(conversation)
+        except IntegrityError:
+            if conversation_id is None:
+                raise
+            # Already recorded: the owner's own retry, or somebody else's id,
+            # which is answered like a missing conversation.
+            self.get_conversation(owner_id, conversation_id)
         return conversation.id
 
     def confirm_turn(

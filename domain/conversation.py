@@ -59,6 +59,11 @@ class TurnEntry:
         """Whether this turn may ever be sent in a request window."""
         return self.status is TurnStatus.CONFIRMED and not self.deleted
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> TurnEntry:
+        # Immutable all the way down: a copied aggregate may share its entries,
+        # which makes copies from the aggregate cache cheap for long histories.
+        return self
+
 
 @dataclass(frozen=True, slots=True)
 class FoldEntry:

@@ -10,6 +10,8 @@
     │   └── TurnDeletedError         a write or read names a turn that was deleted
     ├── VersionConflictError         the caller's expected version is stale
     ├── TextUnavailableError         sealed text whose key has been destroyed
+    ├── DeviceNotFoundError          unknown device, or another user's
+    ├── UnauthenticatedError         missing, unknown or revoked device token
     ├── FoldConflictError            a fold id is reused, or a fold would cover less
     ├── PurgeIncompleteError         a deletion is recorded but its purge must be re-run
     └── WindowError                  a request window cannot be built
@@ -122,6 +124,22 @@ class TextUnavailableError(TurnLedgerError):
             f"text of turn {turn_id} in conversation {conversation_id} "
             "cannot be read: its key has been destroyed"
         )
+
+
+class DeviceNotFoundError(TurnLedgerError, LookupError):
+    """Raised for an unknown device id, or a device of another user."""
+
+    def __init__(self, device_id: str) -> None:
+        self.device_id = device_id
+        super().__init__(f"device {device_id} not found")
+
+
+class UnauthenticatedError(TurnLedgerError):
+    """Raised when a request carries no device token, or an unknown or revoked one."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"not authenticated: {reason}")
 
 
 class FoldConflictError(TurnLedgerError):

@@ -65,16 +65,26 @@ def key_store(settings: Settings) -> KeyStore:
             )
 
 
-def open_conversations(settings: Settings) -> Conversations:
-    """The ledger application for these settings, its stores created if needed."""
+def open_conversations(
+    settings: Settings, *, aggregate_cache_size: int = 0
+) -> Conversations:
+    """The ledger application for these settings, its stores created if needed.
+
+    With `aggregate_cache_size`, conversations are kept in the library's cache
+    and brought up to date from the log on every load ("fast-forward"), so the
+    cache stays correct when other processes write too.
+    """
     if settings.persistence == "sqlite":
         settings.data_dir.mkdir(parents=True, exist_ok=True)
     if settings.persistence == "postgres":
         ensure_schema(settings.postgres_conninfo(), settings.postgres_schema)
     vault = KeyVault(key_store(settings), master_key(settings))
     try:
+        env = eventsourcing_env(settings)
+        if aggregate_cache_size > 0:
+            env["AGGREGATE_CACHE_MAXSIZE"] = str(aggregate_cache_size)
         ledger = Conversations(
-            eventsourcing_env(settings),
+            env,
             vault=vault,
             max_turn_bytes=settings.max_turn_bytes,
             snapshot_interval=settings.snapshot_interval,

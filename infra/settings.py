@@ -6,7 +6,14 @@ import os
 from pathlib import Path
 from typing import Literal, Self
 
-from pydantic import Field, NonNegativeInt, PositiveInt, SecretStr, model_validator
+from pydantic import (
+    Field,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    SecretStr,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from domain.application import DEFAULT_SNAPSHOT_INTERVAL
@@ -87,6 +94,17 @@ class Settings(BaseSettings):
             fold_max_tokens=self.window_fold_max_tokens,
             fold_threshold_tokens=self.fold_threshold_tokens,
         )
+
+    # HTTP service (`turnledger serve`). The body limit leaves room for a turn at
+    # max_turn_bytes even when JSON escaping inflates it (a control character
+    # becomes six bytes), so it is checked on the raw request before parsing.
+    http_host: str = "127.0.0.1"
+    http_port: PositiveInt = 8000
+    http_max_body_bytes: PositiveInt = 8 * 1_048_576
+    sync_max_wait_seconds: PositiveFloat = 30.0
+    sync_poll_interval_seconds: PositiveFloat = 0.05
+    # Conversations the service keeps in memory between requests (0: none).
+    http_aggregate_cache_size: NonNegativeInt = 1000
 
     @model_validator(mode="after")
     def _check_cross_field_rules(self) -> Self:

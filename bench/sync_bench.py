@@ -1,0 +1,281 @@
+"""Sync over HTTP on PostgreSQL: write-to-pull latency and confirmed turns per second.
+
+    .venv/bin/python bench/sync_bench.py [--writes 1000] [--turns-per-device 200]
+
+Starts `turnledger serve` on a loopback port against a fresh schema of the
+PostgreSQL named by TURNLEDGER_POSTGRES_* (default postgres@127.0.0.1:5432),
+then measures, with real HTTP clients:
+
+1. latency: device A confirms a turn, device B is long-polling /v1/sync; the
+   time from A sending the request (and from A's 200) to B's poll returning it;
+2. throughput: 8 devices confirming turns at once, each into its own
+   conversation and all into one shared conversation;
+3. the baseline, in the same run: single-row INSERT + COMMIT through psycopg
+   on the same database, from one connection and from 8 at once.
+
+Client and server share the machine, so the figures include the client's cost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import psycopg
+from psycopg import sql
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from infra.devices import open_device_registry  # noqa: E402
+from infra.settings import Settings  # noqa: E402
+
+DEVICES = 8
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
+
+
+def start_server(
+    settings: Settings, log: Path, workers: int
+) -> tuple[subprocess.Popen[bytes], str]:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TURNLEDGER_")}
+    assert settings.master_key is not None
+    env.update(
+        TURNLEDGER_PERSISTENCE="postgres",
+        TURNLEDGER_POSTGRES_HOST=settings.postgres_host,
+        TURNLEDGER_POSTGRES_PORT=str(settings.postgres_port),
+        TURNLEDGER_POSTGRES_DBNAME=settings.postgres_dbname,
+        TURNLEDGER_POSTGRES_USER=settings.postgres_user,
+        TURNLEDGER_POSTGRES_PASSWORD=settings.postgres_password.get_secret_value(),
+        TURNLEDGER_POSTGRES_SCHEMA=settings.postgres_schema,
+        TURNLEDGER_POSTGRES_POOL_SIZE=str(settings.postgres_pool_size),
+        TURNLEDGER_MASTER_KEY=settings.master_key.get_secret_value(),
+    )
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "infra.cli",
+            "serve",
+            "--port",
+            str(port),
+            "--workers",
+            str(workers),
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    base_url = f"http://127.0.0.1:{port}"
+    for _ in range(300):
+        try:
+            if httpx.get(f"{base_url}/v1/health").status_code == 200:
+                return process, base_url
+        except httpx.TransportError:
+            time.sleep(0.1)
+    process.kill()
+    raise SystemExit(f"the server did not start:\n{log.read_text()}")
+
+
+def measure_latency(
+    base_url: str, tokens: list[str], writes: int
+) -> dict[str, list[float]]:
+    writer = httpx.Client(
+        base_url=base_url, headers={"Authorization": f"Bearer {tokens[0]}"}
+    )
+    poller = httpx.Client(
+        base_url=base_url, headers={"Authorization": f"Bearer {tokens[1]}"}, timeout=60
+    )
+    conversation = writer.post("/v1/conversations").json()["conversation_id"]
+    cursor = poller.get("/v1/sync", params={"limit": 1000}).json()["next_cursor"]
+    received: dict[str, float] = {}
+    arrived = threading.Condition()
+    stop = threading.Event()
+
+    def poll() -> None:
+        nonlocal cursor
+        while not stop.is_set():
+            body = poller.get(
+                "/v1/sync", params={"since": cursor, "timeout": 5, "limit": 1000}
+            ).json()
+            now = time.perf_counter()
+            cursor = body["next_cursor"]
+            with arrived:
+                for change in body["changes"]:
+                    if change["kind"] == "turn_recorded":
+                        received[change["turn_id"]] = now
+                arrived.notify_all()
+
+    thread = threading.Thread(target=poll, daemon=True)
+    thread.start()
+    time.sleep(0.2)
+    from_send: list[float] = []
+    from_ack: list[float] = []
+    for n in range(writes):
+        turn_id = f"lat-{n}"
+        sent = time.perf_counter()
+        response = writer.put(
+            f"/v1/conversations/{conversation}/turns/{turn_id}",
+            json={"question": f"question {n}", "answer": f"answer {n}"},
+        )
+        acked = time.perf_counter()
+        response.raise_for_status()
+        with arrived:
+            if not arrived.wait_for(lambda turn_id=turn_id: turn_id in received, 10):
+                raise SystemExit(f"{turn_id} never reached the long-poll")
+        from_send.append(received[turn_id] - sent)
+        from_ack.append(received[turn_id] - acked)
+    stop.set()
+    return {"send": from_send, "ack": from_ack}
+
+
+def measure_turns_per_second(
+    base_url: str, tokens: list[str], turns_per_device: int, *, shared: bool
+) -> float:
+    clients = [
+        httpx.Client(
+            base_url=base_url, headers={"Authorization": f"Bearer {t}"}, timeout=60
+        )
+        for t in tokens
+    ]
+    if shared:
+        one = clients[0].post("/v1/conversations").json()["conversation_id"]
+        conversations = [one] * DEVICES
+    else:
+        conversations = [
+            c.post("/v1/conversations").json()["conversation_id"] for c in clients
+        ]
+
+    def push(index: int) -> None:
+        for n in range(turns_per_device):
+            clients[index].put(
+                f"/v1/conversations/{conversations[index]}/turns/d{index}-{n}",
+                json={"question": f"question {n}", "answer": f"answer {n}"},
+            ).raise_for_status()
+
+    began = time.perf_counter()
+    with ThreadPoolExecutor(DEVICES) as pool:
+        list(pool.map(push, range(DEVICES)))
+    return DEVICES * turns_per_device / (time.perf_counter() - began)
+
+
+def raw_inserts_per_second(
+    conninfo: str, schema: str, rows: int, connections: int
+) -> float:
+    table = sql.Identifier(schema, "raw_inserts")
+    with psycopg.connect(conninfo, autocommit=True) as connection:
+        connection.execute(
+            sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {} "
+                "(id bigserial PRIMARY KEY, payload bytea)"
+            ).format(table)
+        )
+    payload = os.urandom(200)
+
+    def insert(count: int) -> None:
+        with psycopg.connect(conninfo) as connection:
+            for _ in range(count):
+                connection.execute(
+                    sql.SQL("INSERT INTO {} (payload) VALUES (%s)").format(table),
+                    (payload,),
+                )
+                connection.commit()
+
+    began = time.perf_counter()
+    with ThreadPoolExecutor(connections) as pool:
+        list(pool.map(insert, [rows // connections] * connections))
+    return rows / (time.perf_counter() - began)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--writes", type=int, default=1000)
+    parser.add_argument("--turns-per-device", type=int, default=200)
+    parser.add_argument("--server-workers", type=int, default=1)
+    arguments = parser.parse_args()
+
+    schema = f"bench_{uuid.uuid4().hex[:10]}"
+    settings = Settings(
+        persistence="postgres",
+        postgres_schema=schema,
+        master_key=base64.b64encode(os.urandom(32)).decode(),
+        postgres_pool_size=10,
+    )
+    conninfo = settings.postgres_conninfo()
+    registry = open_device_registry(settings)
+    tokens = [registry.add("bench-user", f"device-{n}").token for n in range(DEVICES)]
+    registry.close()
+    log = Path(f"/tmp/turnledger-{schema}.log")
+    process, base_url = start_server(settings, log, arguments.server_workers)
+    try:
+        latency = measure_latency(base_url, tokens, arguments.writes)
+        own = measure_turns_per_second(
+            base_url, tokens, arguments.turns_per_device, shared=False
+        )
+        shared = measure_turns_per_second(
+            base_url, tokens, arguments.turns_per_device, shared=True
+        )
+        rows = DEVICES * arguments.turns_per_device
+        raw_one = raw_inserts_per_second(conninfo, schema, rows, 1)
+        raw_eight = raw_inserts_per_second(conninfo, schema, rows, DEVICES)
+    finally:
+        process.terminate()
+        process.wait(timeout=60)
+        with psycopg.connect(conninfo, autocommit=True) as connection:
+            connection.execute(
+                sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema))
+            )
+
+    def row(label: str, values: list[float]) -> str:
+        return (
+            f"  {label:<34} median {statistics.median(values) * 1000:6.2f} ms   "
+            f"p99 {percentile(values, 0.99) * 1000:6.2f} ms   "
+            f"max {max(values) * 1000:6.2f} ms"
+        )
+
+    print(
+        f"write -> long-poll latency, {arguments.writes} writes, PostgreSQL, loopback, "
+        f"{arguments.server_workers} service process(es)"
+    )
+    print(row("A sends -> B's poll returns", latency["send"]))
+    print(row("A's 200 arrives -> B's poll returns", latency["ack"]))
+    print(
+        "  p99 under the 50 ms target, from A's 200: "
+        f"{'yes' if percentile(latency['ack'], 0.99) < 0.05 else 'NO'}; "
+        f"from A's send: {'yes' if percentile(latency['send'], 0.99) < 0.05 else 'NO'}"
+    )
+    print(
+        f"\nconfirmed turns/s, {DEVICES} devices x {arguments.turns_per_device} turns"
+    )
+    print(f"  own conversation each        {own:8.0f} turns/s")
+    print(f"  one shared conversation      {shared:8.0f} turns/s")
+    print(f"raw INSERT+COMMIT via psycopg, {rows} rows")
+    print(f"  1 connection                 {raw_one:8.0f} rows/s")
+    print(f"  {DEVICES} connections                {raw_eight:8.0f} rows/s")
+    print(
+        f"ratio turns/s / raw rows/s ({DEVICES} conns): own {own / raw_eight:.2f}, "
+        f"shared {shared / raw_eight:.2f}; vs 1 conn: own {own / raw_one:.2f}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The HTTP service: FastAPI routes over the ledger, the change feed and devices."""

@@ -1,0 +1,109 @@
+"""The FastAPI application: `create_app(settings)` and the factory uvicorn runs."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from pydantic import BaseModel
+
+from domain.application import Conversations
+from infra.devices import DeviceRegistry, open_device_registry
+from infra.http import (
+    conversation_routes,
+    device_routes,
+    export_routes,
+    fold_routes,
+    sync_routes,
+)
+from infra.http.cursor import CursorCodec
+from infra.http.errors import install_error_handlers
+from infra.http.limits import BodySizeLimit
+from infra.http.notifier import HeadPoller, PostgresListener
+from infra.http.service import Service
+from infra.persistence import master_key, open_conversations
+from infra.settings import Settings
+
+API_VERSION = "1"
+
+
+class HealthOut(BaseModel):
+    status: str
+
+
+def create_app(
+    settings: Settings,
+    *,
+    ledger: Conversations | None = None,
+    registry: DeviceRegistry | None = None,
+) -> FastAPI:
+    """The service over `ledger` and `registry`, opened from settings if not given.
+
+    What this function opens, the app closes at shutdown; what it is given, the
+    caller closes.
+    """
+    owned_ledger = ledger is None
+    owned_registry = registry is None
+    ledger = ledger or open_conversations(
+        settings, aggregate_cache_size=settings.http_aggregate_cache_size
+    )
+    registry = registry or open_device_registry(settings)
+    service = Service(
+        settings=settings,
+        ledger=ledger,
+        registry=registry,
+        cursors=CursorCodec(master_key(settings)),
+    )
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        service.signal.bind(asyncio.get_running_loop())
+        if settings.persistence == "postgres":
+            watcher: PostgresListener | HeadPoller = PostgresListener(
+                service.signal,
+                settings.postgres_conninfo(),
+                channel=ledger.recorder.channel_name,  # type: ignore[attr-defined]
+            )
+        else:
+            watcher = HeadPoller(
+                service.signal,
+                service.feed.head_position,
+                interval=settings.sync_poll_interval_seconds,
+            )
+        watcher.start()
+        try:
+            yield
+        finally:
+            watcher.stop()
+            if owned_ledger:
+                ledger.close()
+            if owned_registry:
+                registry.close()
+
+    app = FastAPI(
+        title="turnledger",
+        version=API_VERSION,
+        summary="Conversations as a ledger: devices push turns and pull every change.",
+        lifespan=lifespan,
+    )
+    app.state.service = service
+    install_error_handlers(app)
+    app.include_router(conversation_routes.router)
+    app.include_router(sync_routes.router)
+    app.include_router(device_routes.router)
+    app.include_router(export_routes.router)
+    app.include_router(fold_routes.router)
+
+    @app.get("/v1/health", response_model=HealthOut, tags=["service"])
+    def health() -> HealthOut:
+        return HealthOut(status="ok")
+
+    app.add_middleware(BodySizeLimit, max_bytes=settings.http_max_body_bytes)
+    return app
+
+
+def app_from_environment() -> FastAPI:
+    """The factory `turnledger serve` hands to uvicorn: settings from TURNLEDGER_*."""
+    return create_app(Settings())

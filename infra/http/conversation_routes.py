@@ -1,0 +1,249 @@
+"""Conversations: create, list, read history, confirm turns, windows, deletions.
+
+Route functions are plain `def`: FastAPI runs them in its thread pool, so the
+ledger's blocking database calls never stall the event loop. A device only
+ever names conversations of its own user; any other id is answered exactly
+like one that does not exist.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+from uuid import UUID, uuid5
+
+from fastapi import APIRouter, Depends, Path, Query, status
+
+from domain.application import MAX_HISTORY_PAGE, TurnReceipt
+from domain.conversation import TurnStatus
+from infra.devices import Device
+from infra.http.errors import ERROR_RESPONSES
+from infra.http.schemas import (
+    ConversationCreatedOut,
+    ConversationIn,
+    ConversationListOut,
+    ConversationOut,
+    ConversationSummaryOut,
+    DeletionIn,
+    DeletionOut,
+    HistoryItemOut,
+    HistoryPageOut,
+    TurnIn,
+    TurnReceiptOut,
+    WindowIn,
+    WindowOut,
+)
+from infra.http.service import Service, current_device, get_service
+
+router = APIRouter(
+    prefix="/v1/conversations", tags=["conversations"], responses=ERROR_RESPONSES
+)
+
+# Namespace of conversation ids derived from (user, client key).
+_CLIENT_KEYS = UUID("6f1f3c52-9a53-4d0c-8a43-2b8f3f6c1e27")
+
+ConversationId = Annotated[UUID, Path(description="the conversation's id")]
+TurnId = Annotated[
+    str,
+    Path(
+        min_length=1,
+        max_length=128,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@-]*$",
+        description="the client's id for this turn: the idempotency key",
+    ),
+]
+CurrentDevice = Annotated[Device, Depends(current_device)]
+CurrentService = Annotated[Service, Depends(get_service)]
+
+
+@router.post(
+    "", status_code=status.HTTP_201_CREATED, response_model=ConversationCreatedOut
+)
+def start_conversation(
+    device: CurrentDevice,
+    service: CurrentService,
+    request: ConversationIn | None = None,
+) -> ConversationCreatedOut:
+    """Start a conversation. With a `client_key`, the same request sent again
+    returns the same conversation and creates nothing."""
+    chosen = None
+    if request is not None and request.client_key is not None:
+        # Scoped by user, so one user's key can never name another's conversation.
+        chosen = uuid5(_CLIENT_KEYS, f"{device.user_id}/{request.client_key}")
+    conversation_id = service.ledger.start_conversation(
+        device.user_id, conversation_id=chosen
+    )
+    service.signal.fire()
+    return ConversationCreatedOut(conversation_id=conversation_id, version=1)
+
+
+@router.get("", response_model=ConversationListOut)
+def list_conversations(
+    device: CurrentDevice, service: CurrentService
+) -> ConversationListOut:
+    return ConversationListOut(
+        conversations=[
+            ConversationSummaryOut(
+                conversation_id=summary.conversation_id, started_at=summary.started_at
+            )
+            for summary in service.feed.list_conversations(device.user_id)
+        ]
+    )
+
+
+@router.get("/{conversation_id}", response_model=ConversationOut)
+def get_conversation(
+    conversation_id: ConversationId, device: CurrentDevice, service: CurrentService
+) -> ConversationOut:
+    conversation = service.ledger.get_conversation(device.user_id, conversation_id)
+    return ConversationOut(
+        conversation_id=conversation.id,
+        version=conversation.version,
+        total_turns=len(conversation.turns),
+    )
+
+
+@router.get("/{conversation_id}/turns", response_model=HistoryPageOut)
+def get_history(
+    conversation_id: ConversationId,
+    device: CurrentDevice,
+    service: CurrentService,
+    offset: Annotated[int, Query(ge=0, le=2**53)] = 0,
+    limit: Annotated[int, Query(ge=1, le=MAX_HISTORY_PAGE)] = 50,
+) -> HistoryPageOut:
+    page = service.ledger.get_history(
+        device.user_id, conversation_id, offset=offset, limit=limit
+    )
+    return HistoryPageOut(
+        conversation_id=page.conversation_id,
+        version=page.version,
+        total_turns=page.total_turns,
+        items=[
+            HistoryItemOut(
+                position=item.position,
+                turn_id=item.turn_id,
+                status=item.status.value,
+                recorded_at=item.recorded_at,
+                deleted=item.deleted,
+                deleted_at=item.deleted_at,
+                question=item.question,
+                answer=item.answer,
+            )
+            for item in page.items
+        ],
+        next_offset=page.next_offset,
+    )
+
+
+@router.put("/{conversation_id}/turns/{turn_id}", response_model=TurnReceiptOut)
+def record_turn(
+    conversation_id: ConversationId,
+    turn_id: TurnId,
+    turn: TurnIn,
+    device: CurrentDevice,
+    service: CurrentService,
+) -> TurnReceiptOut:
+    """Record a turn. Sending the same request again returns the same receipt
+    and writes nothing; the same turn id with other content is a 409."""
+    with service.locks(conversation_id):
+        receipt = _record(service, device, conversation_id, turn_id, turn)
+    service.signal.fire()
+    return TurnReceiptOut(
+        conversation_id=receipt.conversation_id,
+        turn_id=receipt.turn_id,
+        status=receipt.status.value,
+        version=receipt.version,
+        recorded_at=receipt.recorded_at,
+    )
+
+
+def _record(
+    service: Service, device: Device, conversation_id: UUID, turn_id: str, turn: TurnIn
+) -> TurnReceipt:
+    if turn.status == TurnStatus.CONFIRMED:
+        return service.ledger.confirm_turn(
+            device.user_id,
+            conversation_id,
+            turn_id=turn_id,
+            question=turn.question,
+            answer=turn.answer,
+            expected_version=turn.expected_version,
+        )
+    return service.ledger.record_abandoned_turn(
+        device.user_id,
+        conversation_id,
+        turn_id=turn_id,
+        question=turn.question,
+        outcome=turn.status,
+        partial_answer=turn.answer,
+        expected_version=turn.expected_version,
+    )
+
+
+@router.post("/{conversation_id}/window", response_model=WindowOut)
+def project_window(
+    conversation_id: ConversationId,
+    request: WindowIn,
+    device: CurrentDevice,
+    service: CurrentService,
+) -> WindowOut:
+    """The request body for `question`, built from the newest turns that fit.
+    Reads only."""
+    policy = request.policy
+    if policy is None and request.max_bytes is None:
+        policy = service.settings.window_policy()
+    projected = service.ledger.project_window(
+        device.user_id,
+        conversation_id,
+        question=request.question,
+        system=request.system,
+        model=request.model,
+        max_bytes=request.max_bytes,
+        policy=policy,
+        token_counter=service.token_counter(
+            request.tokenizer or service.settings.window_tokenizer
+        ),
+    )
+    window = projected.window
+    return WindowOut(
+        conversation_id=projected.conversation_id,
+        ledger_version=projected.ledger_version,
+        body=window.body.decode("utf-8"),
+        byte_length=window.byte_length,
+        max_bytes=window.max_bytes,
+        wire_format=window.wire_format,
+        token_counter=window.token_counter,
+        estimated_tokens=window.estimated_tokens,
+        history_tokens=window.history_tokens,
+        kept_turn_ids=list(window.kept_turn_ids),
+        dropped_turn_ids=list(window.dropped_turn_ids),
+        omitted=window.omitted,
+        fold_id=window.fold_id,
+        fold_sent=window.fold_sent,
+        fold_due=window.fold_due,
+        report=window.report(),
+    )
+
+
+@router.post("/{conversation_id}/deletions", response_model=DeletionOut)
+def delete_history(
+    conversation_id: ConversationId,
+    request: DeletionIn,
+    device: CurrentDevice,
+    service: CurrentService,
+) -> DeletionOut:
+    """Delete chosen turns (`turn_ids`) or all of them (`whole_history`).
+    Every device then pulls a `history_deleted` change naming the turns."""
+    with service.locks(conversation_id):
+        receipt = service.ledger.delete_history(
+            device.user_id,
+            conversation_id,
+            turn_ids=request.turn_ids,
+            deleted_by=device.device_id,
+            expected_version=request.expected_version,
+        )
+    service.signal.fire()
+    return DeletionOut(
+        conversation_id=receipt.conversation_id,
+        deleted_turn_ids=list(receipt.deleted_turn_ids),
+        version=receipt.version,
+    )

@@ -1,0 +1,164 @@
+"""Every error leaves the service as JSON: `{"error": {"code", "message", ...}}`.
+
+Ledger errors map to 4xx statuses here, at the edge, and nowhere else. Error
+bodies never echo the input (it may be conversation text, or an unpaired
+surrogate that cannot even be encoded) and are rendered ASCII-only so that
+whatever a message contains, the response itself can always be sent.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+
+from domain.errors import (
+    ConversationNotFoundError,
+    DeviceNotFoundError,
+    FoldConflictError,
+    InvalidInputError,
+    PurgeIncompleteError,
+    TextUnavailableError,
+    TurnConflictError,
+    TurnDeletedError,
+    TurnLedgerError,
+    TurnNotFoundError,
+    TurnTooLargeError,
+    UnauthenticatedError,
+    VersionConflictError,
+    WindowError,
+)
+from infra.http.schemas import ErrorResponse
+from infra.tokenizers import TokenizerUnavailableError
+
+logger = logging.getLogger(__name__)
+
+# Most specific first: the first matching class decides.
+_STATUS: list[tuple[type[TurnLedgerError], int, str]] = [
+    (TurnTooLargeError, 413, "turn_too_large"),
+    (InvalidInputError, 422, "invalid_input"),
+    (UnauthenticatedError, 401, "unauthenticated"),
+    (ConversationNotFoundError, 404, "conversation_not_found"),
+    (TurnNotFoundError, 404, "turn_not_found"),
+    (DeviceNotFoundError, 404, "device_not_found"),
+    (TurnDeletedError, 409, "turn_deleted"),
+    (TurnConflictError, 409, "turn_conflict"),
+    (VersionConflictError, 409, "version_conflict"),
+    (TextUnavailableError, 410, "text_unavailable"),
+    (PurgeIncompleteError, 503, "purge_incomplete"),
+    (FoldConflictError, 409, "fold_conflict"),
+    (WindowError, 422, "window_error"),
+]
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorResponse, "description": description}
+    for status, description in [
+        (400, "a body the JSON parser gives up on (nesting, huge numbers)"),
+        (401, "missing, unknown or revoked device token"),
+        (404, "no such conversation, turn or device for this user"),
+        (409, "turn id reused, turn deleted, or a stale expected_version"),
+        (410, "a turn's text whose key was destroyed meanwhile"),
+        (413, "request body or turn over the size limit"),
+        (503, "deletion recorded but its purge must be re-run: send it again"),
+        (422, "malformed JSON, wrong types or invalid values"),
+    ]
+}
+
+
+class ErrorJSONResponse(Response):
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode()
+
+
+def error_response(
+    status: int,
+    code: str,
+    message: str,
+    *,
+    headers: dict[str, str] | None = None,
+    **extra: Any,
+) -> ErrorJSONResponse:
+    body: dict[str, Any] = {"code": code, "message": message}
+    body.update({key: value for key, value in extra.items() if value is not None})
+    return ErrorJSONResponse({"error": body}, status_code=status, headers=headers)
+
+
+def ledger_error_response(error: TurnLedgerError) -> ErrorJSONResponse:
+    status, code = next(
+        ((status, code) for kind, status, code in _STATUS if isinstance(error, kind)),
+        (400, "bad_request"),
+    )
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return error_response(
+        status,
+        code,
+        str(error),
+        headers=headers,
+        field=getattr(error, "field", None),
+        current_version=getattr(error, "current_version", None),
+    )
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    async def on_ledger_error(_: Request, error: Exception) -> Response:
+        assert isinstance(error, TurnLedgerError)
+        return ledger_error_response(error)
+
+    async def on_validation_error(_: Request, error: Exception) -> Response:
+        assert isinstance(error, RequestValidationError)
+        details = [
+            {
+                "location": [
+                    str(part) if not isinstance(part, int) else part
+                    for part in item.get("loc", ())
+                ],
+                "message": str(item.get("msg", "")),
+                "type": str(item.get("type", "")),
+            }
+            for item in error.errors()
+        ]
+        json_error = any(detail["type"] == "json_invalid" for detail in details)
+        return error_response(
+            422,
+            "malformed_json" if json_error else "invalid_request",
+            "the request body is not valid JSON"
+            if json_error
+            else "the request does not match the API schema: see details",
+            details=details,
+        )
+
+    async def on_http_error(_: Request, error: Exception) -> Response:
+        assert isinstance(error, StarletteHTTPException)
+        code = {404: "not_found", 405: "method_not_allowed"}.get(
+            error.status_code, "http_error"
+        )
+        message = str(error.detail)
+        if error.status_code == 400:
+            # FastAPI's own answer when json.loads fails on something it did not
+            # classify: nesting too deep, or an integer with too many digits.
+            code = "malformed_json"
+            message = (
+                "the request body could not be parsed as JSON "
+                "(nested too deeply, or a number too long)"
+            )
+        return error_response(error.status_code, code, message, headers=error.headers)
+
+    async def on_tokenizer_unavailable(_: Request, error: Exception) -> Response:
+        return error_response(503, "tokenizer_unavailable", str(error))
+
+    async def on_unexpected(_: Request, error: Exception) -> Response:
+        logger.exception("unexpected error", exc_info=error)
+        return error_response(500, "internal_error", "internal error")
+
+    app.add_exception_handler(TurnLedgerError, on_ledger_error)
+    app.add_exception_handler(RequestValidationError, on_validation_error)
+    app.add_exception_handler(StarletteHTTPException, on_http_error)
+    app.add_exception_handler(TokenizerUnavailableError, on_tokenizer_unavailable)
+    app.add_exception_handler(Exception, on_unexpected)

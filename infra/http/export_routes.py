@@ -1,0 +1,53 @@
+"""`GET /v1/export`: the caller's user's conversations as JSON Lines.
+
+The records are those of `turnledger export` (docs/export.md): readable turns
+with their text, deleted turns as placeholders, the deletions, and an `end`
+record with the totals, which tells a client that the stream is complete.
+They are streamed as they are read; the service keeps no copy.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Depends
+from fastapi.responses import StreamingResponse
+
+from domain.export import export_records
+from infra.devices import Device
+from infra.http.errors import ERROR_RESPONSES
+from infra.http.service import Service, current_device, get_service
+
+router = APIRouter(prefix="/v1", tags=["export"], responses=ERROR_RESPONSES)
+
+MEDIA_TYPE = "application/x-ndjson"
+
+
+@router.get(
+    "/export",
+    response_class=StreamingResponse,
+    responses={200: {"content": {MEDIA_TYPE: {}}, "description": "JSON Lines"}},
+)
+def export(
+    device: Annotated[Device, Depends(current_device)],
+    service: Annotated[Service, Depends(get_service)],
+) -> StreamingResponse:
+    """Every conversation of the caller's user, one JSON record per line."""
+    records = export_records(
+        service.ledger, device.user_id, exported_at=datetime.now(UTC)
+    )
+
+    def lines() -> Iterator[bytes]:
+        for record in records:
+            yield (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
+
+    return StreamingResponse(
+        lines(),
+        media_type=MEDIA_TYPE,
+        headers={
+            "Content-Disposition": 'attachment; filename="turnledger-export.jsonl"'
+        },
+    )

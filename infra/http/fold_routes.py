@@ -1,0 +1,103 @@
+"""Folds: the summary an application service records to stand in for older
+turns (docs/window.md), and whether a new one is due."""
+
+from __future__ import annotations
+
+from typing import Annotated
+from uuid import UUID
+
+from fastapi import APIRouter, Depends, Path, Query, status
+from pydantic import BaseModel, Field
+
+from infra.devices import Device
+from infra.http.errors import ERROR_RESPONSES
+from infra.http.schemas import Identifier, RequestModel
+from infra.http.service import Service, current_device, get_service
+
+router = APIRouter(
+    prefix="/v1/conversations", tags=["folds"], responses=ERROR_RESPONSES
+)
+
+ConversationId = Annotated[UUID, Path(description="the conversation's id")]
+CurrentDevice = Annotated[Device, Depends(current_device)]
+CurrentService = Annotated[Service, Depends(get_service)]
+
+
+class FoldIn(RequestModel):
+    covers_through_turn_id: Identifier
+    summary: str
+    fold_id: Identifier | None = Field(
+        default=None, description="default: a new random id"
+    )
+    expected_version: int | None = Field(default=None, ge=1)
+
+
+class FoldOut(BaseModel):
+    conversation_id: UUID
+    fold_id: str
+    covers_through_turn_id: str
+    version: int
+
+
+class FoldStatusOut(BaseModel):
+    fold_id: str | None
+    covers_through_turn_id: str | None
+    summary: str | None = Field(description="the current fold's text, if any")
+    unfolded_tokens: int
+    threshold_tokens: int
+    due: bool = Field(description="true: the turns after the fold call for a new one")
+
+
+@router.post(
+    "/{conversation_id}/folds",
+    status_code=status.HTTP_201_CREATED,
+    response_model=FoldOut,
+)
+def record_fold(
+    conversation_id: ConversationId,
+    request: FoldIn,
+    device: CurrentDevice,
+    service: CurrentService,
+) -> FoldOut:
+    """Record a summary of every turn up to `covers_through_turn_id`. A fold id
+    already recorded is a 409 `fold_conflict`."""
+    with service.locks(conversation_id):
+        receipt = service.ledger.record_fold(
+            device.user_id,
+            conversation_id,
+            covers_through_turn_id=request.covers_through_turn_id,
+            summary=request.summary,
+            fold_id=request.fold_id,
+            expected_version=request.expected_version,
+        )
+    service.signal.fire()
+    return FoldOut(
+        conversation_id=receipt.conversation_id,
+        fold_id=receipt.fold_id,
+        covers_through_turn_id=receipt.covers_through_turn_id,
+        version=receipt.version,
+    )
+
+
+@router.get("/{conversation_id}/fold", response_model=FoldStatusOut)
+def get_fold(
+    conversation_id: ConversationId,
+    device: CurrentDevice,
+    service: CurrentService,
+    threshold_tokens: Annotated[int | None, Query(ge=1, le=2**31)] = None,
+) -> FoldStatusOut:
+    """The current fold and whether a new one is due (default threshold:
+    TURNLEDGER_FOLD_THRESHOLD_TOKENS)."""
+    fold = service.ledger.get_fold_status(
+        device.user_id,
+        conversation_id,
+        threshold_tokens=threshold_tokens or service.settings.fold_threshold_tokens,
+    )
+    return FoldStatusOut(
+        fold_id=fold.fold_id,
+        covers_through_turn_id=fold.covers_through_turn_id,
+        summary=service.ledger.get_fold_summary(device.user_id, conversation_id),
+        unfolded_tokens=fold.unfolded_tokens,
+        threshold_tokens=fold.threshold_tokens,
+        due=fold.due,
+    )

@@ -1,0 +1,275 @@
+"""Request and response bodies of the HTTP API (version 1).
+
+Request models are strict (no "5" for 5) and forbid unknown fields, so a typo
+is reported instead of silently ignored. Texts are checked again by the
+ledger, which rejects unpaired surrogates and empty questions.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal, Self
+from uuid import UUID
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from domain.application import MAX_HISTORY_PAGE
+from domain.feed import MAX_CHANGES_PER_READ
+from infra.tokenizers import TokenizerName
+from projections.policy import WindowPolicy
+
+Identifier = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=128,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@-]*$",
+        description="1-128 letters, digits and . _ : @ -; "
+        "starting with a letter or digit",
+    ),
+]
+
+
+class RequestModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+# Errors -------------------------------------------------------------------------
+
+
+class ErrorDetail(BaseModel):
+    location: list[str | int]
+    message: str
+    type: str
+
+
+class ErrorBody(BaseModel):
+    code: str = Field(
+        description="stable machine-readable code, e.g. 'version_conflict'"
+    )
+    message: str
+    field: str | None = None
+    current_version: int | None = Field(
+        default=None, description="on version_conflict: the conversation's version now"
+    )
+    details: list[ErrorDetail] | None = None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorBody
+
+
+# Devices ------------------------------------------------------------------------
+
+
+class DeviceIn(RequestModel):
+    name: str = Field(min_length=1, max_length=100)
+
+
+class DeviceOut(BaseModel):
+    device_id: str
+    name: str
+    created_at: datetime
+    revoked_at: datetime | None
+    added_by: str | None = Field(
+        description="the device that added this one; revoking it revokes this too"
+    )
+
+
+class DeviceIssuedOut(BaseModel):
+    device: DeviceOut
+    token: str = Field(
+        description="the bearer token; shown this once, stored only hashed"
+    )
+
+
+class DeviceListOut(BaseModel):
+    devices: list[DeviceOut]
+
+
+# Conversations ------------------------------------------------------------------
+
+
+class ConversationIn(RequestModel):
+    client_key: Identifier | None = Field(
+        default=None,
+        description="makes creation idempotent: the same key (for the same user) "
+        "always names the same conversation, so a retried request creates nothing",
+    )
+
+
+class ConversationCreatedOut(BaseModel):
+    conversation_id: UUID
+    version: int
+
+
+class ConversationSummaryOut(BaseModel):
+    conversation_id: UUID
+    started_at: datetime
+
+
+class ConversationListOut(BaseModel):
+    conversations: list[ConversationSummaryOut]
+
+
+class ConversationOut(BaseModel):
+    conversation_id: UUID
+    version: int
+    total_turns: int
+
+
+class TurnIn(RequestModel):
+    question: str
+    answer: str = Field(
+        default="", description="required for 'confirmed'; the partial reply otherwise"
+    )
+    status: Literal["confirmed", "failed", "stopped"] = "confirmed"
+    expected_version: int | None = Field(
+        default=None,
+        ge=1,
+        description="the version this device last saw; a stale one gets 409",
+    )
+
+
+class TurnReceiptOut(BaseModel):
+    conversation_id: UUID
+    turn_id: str
+    status: Literal["confirmed", "failed", "stopped"]
+    version: int
+    recorded_at: datetime
+
+
+class HistoryItemOut(BaseModel):
+    position: int
+    turn_id: str
+    status: Literal["confirmed", "failed", "stopped"]
+    recorded_at: datetime
+    deleted: bool
+    deleted_at: datetime | None
+    question: str | None
+    answer: str | None
+
+
+class HistoryPageOut(BaseModel):
+    conversation_id: UUID
+    version: int
+    total_turns: int
+    items: list[HistoryItemOut]
+    next_offset: int | None
+
+
+class DeletionIn(RequestModel):
+    turn_ids: list[Identifier] | None = Field(
+        default=None, max_length=MAX_HISTORY_PAGE * 20
+    )
+    whole_history: bool = False
+    expected_version: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _one_target(self) -> Self:
+        if (self.turn_ids is None) == (not self.whole_history):
+            raise ValueError("give either turn_ids or whole_history=true, not both")
+        return self
+
+
+class DeletionOut(BaseModel):
+    conversation_id: UUID
+    deleted_turn_ids: list[str]
+    version: int
+
+
+class WindowIn(RequestModel):
+    """What the window is built from, and under which policy."""
+
+    question: str
+    system: str = ""
+    model: str
+    max_bytes: int | None = Field(
+        default=None,
+        ge=1,
+        le=2**53,
+        description="hard limit on the body's UTF-8 bytes; overrides the policy's. "
+        "Given alone (no policy): only this limit applies",
+    )
+    policy: WindowPolicy | None = Field(
+        default=None,
+        description="every option of the window policy; with neither policy nor "
+        "max_bytes, the service's configured policy (TURNLEDGER_WINDOW_*) applies",
+    )
+    tokenizer: TokenizerName | None = Field(
+        default=None,
+        description="token counter for the soft budgets; default "
+        "TURNLEDGER_WINDOW_TOKENIZER",
+    )
+
+
+class WindowOut(BaseModel):
+    conversation_id: UUID
+    ledger_version: int
+    body: str = Field(description="the request body; its UTF-8 bytes are what to send")
+    byte_length: int
+    max_bytes: int
+    wire_format: str
+    token_counter: str
+    estimated_tokens: int
+    history_tokens: int
+    kept_turn_ids: list[str]
+    dropped_turn_ids: list[str]
+    omitted: bool
+    fold_id: str | None
+    fold_sent: bool
+    fold_due: bool
+    report: dict[str, Any] = Field(
+        description="what was kept, dropped or trimmed and why; never message text"
+    )
+
+
+# Sync ---------------------------------------------------------------------------
+
+
+class _ChangeOut(BaseModel):
+    conversation_id: UUID
+    version: int
+    at: datetime
+
+
+class ConversationStartedOut(_ChangeOut):
+    kind: Literal["conversation_started"] = "conversation_started"
+
+
+class TurnRecordedOut(_ChangeOut):
+    kind: Literal["turn_recorded"] = "turn_recorded"
+    turn_id: str
+    status: Literal["confirmed", "failed", "stopped"]
+    deleted: bool = Field(description="true: the turn is deleted; its text is not sent")
+    question: str | None
+    answer: str | None
+
+
+class HistoryDeletedOut(_ChangeOut):
+    kind: Literal["history_deleted"] = "history_deleted"
+    turn_ids: list[str] = Field(description="purge these turns' text locally")
+    whole_history: bool
+    deleted_by: str
+
+
+class OtherChangeOut(_ChangeOut):
+    kind: Literal["other"] = "other"
+    event_type: str
+
+
+ChangeOut = Annotated[
+    ConversationStartedOut | TurnRecordedOut | HistoryDeletedOut | OtherChangeOut,
+    Field(discriminator="kind"),
+]
+
+
+class SyncOut(BaseModel):
+    changes: list[ChangeOut]
+    next_cursor: str = Field(description="pass as `since` to get what comes after")
+    has_more: bool = Field(
+        description="true: more changes are ready, ask again at once"
+    )
+
+
+SYNC_LIMIT_MAX = MAX_CHANGES_PER_READ

@@ -1,0 +1,118 @@
+"""`GET /v1/sync`: every change of the caller's conversations after a cursor.
+
+Modelled on Matrix's `/sync?since=`: the response carries the changes in log
+order and the cursor to pass next time. With `timeout`, a request that finds
+nothing new waits for up to that many seconds and returns as soon as one of
+the user's changes is committed, by this process or any other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query
+from starlette.concurrency import run_in_threadpool
+
+from domain.feed import (
+    Change,
+    ConversationStartedChange,
+    HistoryDeletedChange,
+    OtherChange,
+    TurnRecordedChange,
+)
+from infra.devices import Device
+from infra.http.errors import ERROR_RESPONSES
+from infra.http.schemas import (
+    SYNC_LIMIT_MAX,
+    ConversationStartedOut,
+    HistoryDeletedOut,
+    OtherChangeOut,
+    SyncOut,
+    TurnRecordedOut,
+)
+from infra.http.service import Service, current_device, get_service
+
+router = APIRouter(prefix="/v1", tags=["sync"], responses=ERROR_RESPONSES)
+
+# The schema's ceiling; the service's own (TURNLEDGER_SYNC_MAX_WAIT_SECONDS) may
+# be lower, and a longer timeout is shortened to it rather than refused.
+TIMEOUT_CEILING_SECONDS = 300.0
+
+
+@router.get("/sync", response_model=SyncOut)
+async def sync(
+    device: Annotated[Device, Depends(current_device)],
+    service: Annotated[Service, Depends(get_service)],
+    since: Annotated[
+        str | None,
+        Query(
+            max_length=200,
+            description="the next_cursor of the previous response; "
+            "omit to start from the beginning",
+        ),
+    ] = None,
+    timeout: Annotated[
+        float,
+        Query(
+            ge=0,
+            le=TIMEOUT_CEILING_SECONDS,
+            description="seconds to wait when nothing is new (0: answer at once)",
+        ),
+    ] = 0.0,
+    limit: Annotated[int, Query(ge=1, le=SYNC_LIMIT_MAX)] = 100,
+) -> SyncOut:
+    user_id = device.user_id
+    position = service.cursors.decode(user_id, since) if since is not None else 0
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + min(timeout, service.settings.sync_max_wait_seconds)
+    while True:
+        # Take the wake-up event before reading, so a commit landing between
+        # the read and the wait is not missed.
+        woken = service.signal.current()
+        batch = await run_in_threadpool(
+            service.feed.changes_since, user_id, position, limit=limit
+        )
+        position = batch.position
+        remaining = deadline - loop.time()
+        if batch.changes or not batch.caught_up or remaining <= 0:
+            break
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(woken.wait(), remaining)
+    return SyncOut(
+        changes=[_change_out(change) for change in batch.changes],
+        next_cursor=service.cursors.encode(user_id, position),
+        has_more=not batch.caught_up,
+    )
+
+
+def _change_out(
+    change: Change,
+) -> ConversationStartedOut | TurnRecordedOut | HistoryDeletedOut | OtherChangeOut:
+    common = {
+        "conversation_id": change.conversation_id,
+        "version": change.version,
+        "at": change.at,
+    }
+    match change:
+        case ConversationStartedChange():
+            return ConversationStartedOut(**common)
+        case TurnRecordedChange():
+            return TurnRecordedOut(
+                **common,
+                turn_id=change.turn_id,
+                status=change.status.value,
+                deleted=change.deleted,
+                question=change.question,
+                answer=change.answer,
+            )
+        case HistoryDeletedChange():
+            return HistoryDeletedOut(
+                **common,
+                turn_ids=list(change.turn_ids),
+                whole_history=change.whole_history,
+                deleted_by=change.deleted_by,
+            )
+        case OtherChange():
+            return OtherChangeOut(**common, event_type=change.event_type)

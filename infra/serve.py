@@ -1,0 +1,51 @@
+"""`turnledger serve`: the HTTP service on uvicorn, configured by TURNLEDGER_*."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from domain.errors import InvalidInputError
+from infra.settings import Settings
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "serve", help="run the HTTP sync service (OpenAPI document at /openapi.json)"
+    )
+    parser.add_argument("--host", help="address to bind (default TURNLEDGER_HTTP_HOST)")
+    parser.add_argument(
+        "--port", type=int, help="port to bind (default TURNLEDGER_HTTP_PORT)"
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="service processes; they share the store and wake each other's "
+        "long-polls (PostgreSQL LISTEN/NOTIFY, or polling on SQLite)",
+    )
+    parser.set_defaults(handler=run)
+
+
+def run(arguments: argparse.Namespace) -> int:
+    import uvicorn
+
+    settings = Settings()  # checked here, once, before any worker starts
+    if arguments.workers < 1:
+        raise InvalidInputError("--workers", "must be at least 1")
+    if settings.persistence == "memory" and arguments.workers > 1:
+        # Each process would hold its own store: devices would see different data.
+        raise InvalidInputError(
+            "--workers", "the memory store lives in one process: use 1, or SQLite"
+        )
+    uvicorn.run(
+        "infra.http.app:app_from_environment",
+        factory=True,
+        host=arguments.host or settings.http_host,
+        port=arguments.port or settings.http_port,
+        workers=arguments.workers,
+        log_level="info",
+        # Long-polls are open requests: give them time to finish on shutdown.
+        timeout_graceful_shutdown=int(settings.sync_max_wait_seconds) + 1,
+    )
+    return 0

@@ -1,0 +1,154 @@
+"""The real service: `turnledger serve` in a subprocess on a loopback port,
+against PostgreSQL (a fresh schema per test), driven by a real HTTP client."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from infra.devices import open_device_registry
+from infra.settings import Settings
+from infra.vault import new_master_key
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class Server:
+    base_url: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+
+@pytest.fixture
+def service_settings(postgres_schema: str) -> Settings:
+    return Settings(
+        _env_file=None,
+        persistence="postgres",
+        postgres_schema=postgres_schema,
+        master_key=new_master_key(),
+        postgres_pool_size=10,
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    """The TURNLEDGER_* environment that makes `serve` open these settings."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TURNLEDGER_")}
+    env.update(
+        TURNLEDGER_PERSISTENCE=settings.persistence,
+        TURNLEDGER_DATA_DIR=str(settings.data_dir),
+        TURNLEDGER_POSTGRES_HOST=settings.postgres_host,
+        TURNLEDGER_POSTGRES_PORT=str(settings.postgres_port),
+        TURNLEDGER_POSTGRES_DBNAME=settings.postgres_dbname,
+        TURNLEDGER_POSTGRES_USER=settings.postgres_user,
+        TURNLEDGER_POSTGRES_PASSWORD=settings.postgres_password.get_secret_value(),
+        TURNLEDGER_POSTGRES_SCHEMA=settings.postgres_schema,
+        TURNLEDGER_POSTGRES_POOL_SIZE=str(settings.postgres_pool_size),
+    )
+    if settings.master_key is not None:
+        env["TURNLEDGER_MASTER_KEY"] = settings.master_key.get_secret_value()
+    return env
+
+
+def start_server(settings: Settings, log: Path) -> Server:
+    port = free_port()
+    handle = log.open("wb")
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "infra.cli",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        cwd=ROOT,
+        env=settings_env(settings),
+        stdout=handle,
+        stderr=subprocess.STDOUT,
+    )
+    base_url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"server exited early:\n{log.read_text()}")
+        try:
+            if httpx.get(f"{base_url}/v1/health", timeout=1).status_code == 200:
+                return Server(base_url, process, log)
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    process.kill()
+    raise RuntimeError(f"server did not answer in 30 s:\n{log.read_text()}")
+
+
+def stop_server(server: Server) -> None:
+    server.process.terminate()
+    try:
+        server.process.wait(timeout=40)
+    except subprocess.TimeoutExpired:
+        server.process.kill()
+        server.process.wait()
+
+
+@pytest.fixture
+def launch(
+    service_settings: Settings, tmp_path: Path
+) -> Iterator[Callable[[], Server]]:
+    """Starts service processes on the test's schema; stops them afterwards."""
+    servers: list[Server] = []
+
+    def _launch() -> Server:
+        server = start_server(service_settings, tmp_path / f"server-{len(servers)}.log")
+        servers.append(server)
+        return server
+
+    yield _launch
+    for server in servers:
+        stop_server(server)
+    for server in servers:
+        log = server.log.read_text(errors="replace")
+        assert "Traceback" not in log, log
+
+
+@pytest.fixture
+def server(launch: Callable[[], Server]) -> Server:
+    return launch()
+
+
+@pytest.fixture
+def add_device(service_settings: Settings) -> Iterator[Callable[[str, str], str]]:
+    """Adds a device for a user the way `turnledger device add` does; the token."""
+    registry = open_device_registry(service_settings)
+
+    def _add(user_id: str, name: str) -> str:
+        return registry.add(user_id, name).token
+
+    yield _add
+    registry.close()
+
+
+def client(server: Server, token: str, **kwargs: object) -> httpx.Client:
+    return httpx.Client(
+        base_url=server.base_url,
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=30,
+        **kwargs,  # type: ignore[arg-type]
+    )
