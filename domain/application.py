@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
 from uuid import UUID, uuid4
 
-from eventsourcing.application import AggregateNotFoundError, Application
-from eventsourcing.persistence import IntegrityError, JSONTranscoder
+from eventsourcing.application import (
+    AggregateNotFoundError,
+    Application,
+    ProcessingEvent,
+)
+from eventsourcing.persistence import IntegrityError, JSONTranscoder, Mapper, Recording
 
+from domain.chain import GENESIS, ChainSealingMapper, RecentDigests, read_link
 from domain.conversation import (
     Conversation,
     FoldEntry,
@@ -27,10 +32,12 @@ from domain.errors import (
     TurnConflictError,
     TurnDeletedError,
     VersionConflictError,
+    WindowMismatchError,
 )
 from domain.ports import TextVault
 from domain.purge import PurgeReport, PurgeRunner
 from domain.query_cache import QueryCache
+from domain.receipt import WindowReceipt, parse_receipt_policy, receipt_policy
 from domain.text import (
     DEFAULT_MAX_TURN_BYTES,
     TextMetrics,
@@ -105,11 +112,29 @@ class DeletionReceipt:
 
 @dataclass(frozen=True, slots=True)
 class ProjectedWindow:
-    """A window plus the ledger version it was derived from."""
+    """A window plus the ledger version it was derived from.
+
+    Pass it to `confirm_turn(..., window=...)` with the answer it produced to
+    keep its receipt. The question and system instructions are held here, in
+    memory, only to check that pairing and to seal the instructions.
+    """
 
     conversation_id: UUID
     ledger_version: int
     window: Window
+    question: str = field(default="", repr=False)
+    system: str = field(default="", repr=False)
+    policy: dict[str, Any] = field(default_factory=dict)
+
+    def receipt(self) -> WindowReceipt:
+        """The content-free receipt of this window."""
+        return WindowReceipt.of_body(
+            policy=self.policy,
+            ledger_version=self.ledger_version,
+            turn_ids=self.window.kept_turn_ids,
+            body=self.window.body,
+            fold_id=self.window.fold_id if self.window.fold_sent else None,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +164,7 @@ class Conversations(Application[UUID]):
     ) -> None:
         self.vault = vault
         self.max_turn_bytes = max_turn_bytes
+        self._recent_digests = RecentDigests()
         # The library reads the intervals through the instance, so a per-ledger
         # setting shadows the class default without touching other ledgers.
         self.snapshotting_intervals = {Conversation: snapshot_interval}  # type: ignore[misc]
@@ -151,6 +177,51 @@ class Conversations(Application[UUID]):
             ),
         )
         self.purge = PurgeRunner(self, vault.purge_view)
+
+    def construct_mapper(self) -> Mapper[UUID]:
+        base = super().construct_mapper()
+        return ChainSealingMapper(
+            transcoder=base.transcoder, compressor=base.compressor, cipher=base.cipher
+        )
+
+    def _record(self, processing_event: ProcessingEvent[UUID]) -> list[Recording[UUID]]:
+        """Link each new event to the digest of the stored event before it.
+
+        The predecessor's digest is the one it was stored with: remembered if
+        this process wrote it, else read from its stored row, never taken from
+        the aggregate, so the chain is right however the aggregate was loaded
+        (cache, snapshot, replay). Events saved together are linked in order.
+        """
+        sealed: list[tuple[UUID, int, str]] = []
+        heads: dict[UUID, str] = {}
+        for new_event in processing_event.events:
+            originator_id = new_event.originator_id
+            version = new_event.originator_version
+            previous = heads.get(originator_id)
+            if previous is None:
+                previous = self._stored_digest(originator_id, version - 1)
+            # Events are frozen; the chain field is set once, before mapping.
+            object.__setattr__(new_event, "previous_digest", previous)
+            stored = self.mapper.to_stored_event(new_event)
+            heads[originator_id] = read_link(stored).recorded_digest
+            sealed.append((originator_id, version, heads[originator_id]))
+        recordings = super()._record(processing_event)
+        for originator_id, version, digest in sealed:
+            self._recent_digests.put(originator_id, version, digest)
+        return recordings
+
+    def _stored_digest(self, originator_id: UUID, version: int) -> str:
+        if version < 1:
+            return GENESIS
+        remembered = self._recent_digests.get(originator_id, version)
+        if remembered is not None:
+            return remembered
+        rows = self.recorder.select_events(originator_id, gt=version - 1, lte=version)
+        if not rows:
+            # The predecessor is not stored: saving this event will fail the
+            # version check, so any link will do; the genesis keeps it well-formed.
+            return GENESIS
+        return read_link(rows[0]).recorded_digest
 
     def register_transcodings(self, transcoder: JSONTranscoder) -> None:
         super().register_transcodings(transcoder)
@@ -202,8 +273,15 @@ class Conversations(Application[UUID]):
         question: str,
         answer: str,
         expected_version: int | None = None,
+        window: ProjectedWindow | None = None,
     ) -> TurnReceipt:
-        """Record a completed exchange. Retrying with the same content is a no-op."""
+        """Record a completed exchange. Retrying with the same content is a no-op.
+
+        `window` is the projected window this answer replied to: its receipt is
+        kept with the turn so an audit can prove what was sent.
+        """
+        if window is not None:
+            self._check_window(conversation_id, question, window)
         return self._record_turn(
             owner_id,
             conversation_id,
@@ -212,6 +290,7 @@ class Conversations(Application[UUID]):
             question=question,
             answer=answer,
             expected_version=expected_version,
+            window=window,
         )
 
     def record_abandoned_turn(
@@ -375,18 +454,68 @@ class Conversations(Application[UUID]):
         counter = token_counter or CHAR_ESTIMATE
         if not isinstance(counter, TokenCounter):
             raise InvalidInputError("token_counter", "expected a TokenCounter")
+        resolved = resolve_policy(policy, max_bytes)
         conversation = self._read_conversation(owner_id, conversation_id)
         window = window_for(
             conversation,
             question=question,
             system=system,
             model=model,
-            policy=resolve_policy(policy, max_bytes),
+            policy=resolved,
             counter=counter,
             read_texts=lambda entries: self._read_texts(conversation, entries),
             read_fold=lambda fold: self._read_fold(conversation, fold),
         )
-        return ProjectedWindow(conversation.id, conversation.version, window)
+        return ProjectedWindow(
+            conversation.id,
+            conversation.version,
+            window,
+            question=question,
+            system=system,
+            policy=receipt_policy(model=model, policy=resolved, counter=counter.name),
+        )
+
+    def reapply_policy(
+        self,
+        conversation: Conversation,
+        *,
+        policy: dict[str, Any],
+        question: str,
+        system: str,
+        texts: Mapping[str, tuple[str, str]] | None = None,
+        token_counters: Mapping[str, TokenCounter] | None = None,
+    ) -> Window:
+        """The window a receipt's `policy` gives for `question` over this state.
+
+        `conversation` may be a past version (`repository.get(id, version=v)`):
+        this is how an audit re-derives a receipt's body. `texts` (turn id ->
+        question, answer) saves reading the kept turns' texts again;
+        `token_counters` names the counters an application used besides the
+        built-in estimate.
+        """
+        model, window_policy, counter_name = parse_receipt_policy(policy)
+        counters = {CHAR_ESTIMATE.name: CHAR_ESTIMATE, **(token_counters or {})}
+        counter = counters.get(counter_name)
+        if counter is None:
+            raise InvalidInputError(
+                "policy", f"token counter {counter_name!r} is not available here"
+            )
+
+        def read_texts(entries: Sequence[TurnEntry]) -> dict[str, tuple[str, str]]:
+            if texts is not None and all(e.turn_id in texts for e in entries):
+                return {e.turn_id: texts[e.turn_id] for e in entries}
+            return self._read_texts(conversation, entries)
+
+        return window_for(
+            conversation,
+            question=question,
+            system=system,
+            model=model,
+            policy=window_policy,
+            counter=counter,
+            read_texts=read_texts,
+            read_fold=lambda fold: self._read_fold(conversation, fold),
+        )
 
     def record_fold(
         self,
@@ -489,6 +618,7 @@ class Conversations(Application[UUID]):
         question: str,
         answer: str,
         expected_version: int | None,
+        window: ProjectedWindow | None = None,
     ) -> TurnReceipt:
         check_identifier("turn_id", turn_id)
         check_text("question", question)
@@ -517,6 +647,10 @@ class Conversations(Application[UUID]):
                     answer=answer,
                 )
             conversation.check_version(expected_version)
+            if window is not None and window.ledger_version > conversation.version:
+                raise WindowMismatchError(
+                    conversation.id, "it was projected from a later ledger version"
+                )
             sealed_question = self.vault.seal(
                 conversation.id, turn_id, "question", question
             )
@@ -527,6 +661,14 @@ class Conversations(Application[UUID]):
                     sealed_question=sealed_question,
                     sealed_answer=sealed_answer,
                     sizes=sizes,
+                    window_receipt=None
+                    if window is None
+                    else window.receipt().to_document(),
+                    sealed_system=None
+                    if window is None
+                    else self.vault.seal(
+                        conversation.id, turn_id, "system", window.system
+                    ),
                 )
             else:
                 conversation.abandon_turn(
@@ -545,6 +687,22 @@ class Conversations(Application[UUID]):
         return TurnReceipt(
             conversation.id, turn_id, entry.status, entry.version, entry.recorded_at
         )
+
+    @staticmethod
+    def _check_window(
+        conversation_id: UUID, question: str, window: ProjectedWindow
+    ) -> None:
+        """A receipt is only kept for the window that asked this question."""
+        if not isinstance(window, ProjectedWindow):
+            raise InvalidInputError("window", "expected the ProjectedWindow answered")
+        if window.conversation_id != conversation_id:
+            raise WindowMismatchError(
+                conversation_id, "it belongs to another conversation"
+            )
+        if window.question != question:
+            raise WindowMismatchError(
+                conversation_id, "it was projected for a different question"
+            )
 
     def _replayed_receipt(
         self,

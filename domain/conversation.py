@@ -109,6 +109,11 @@ class Conversation(Aggregate):
         answer_json_bytes: int
         question_chars: int
         answer_chars: int
+        # The receipt of the window this turn answered (domain/receipt.py) and
+        # that window's system instructions, sealed with the turn's key. Both
+        # default to None so turns recorded without a receipt load unchanged.
+        window_receipt: dict[str, Any] | None = None
+        sealed_system: bytes | None = None
 
         def apply(self, aggregate: Aggregate) -> None:
             assert isinstance(aggregate, Conversation)
@@ -206,6 +211,8 @@ class Conversation(Aggregate):
         sealed_answer: bytes,
         sizes: TurnSizes,
         expected_version: int | None = None,
+        window_receipt: dict[str, Any] | None = None,
+        sealed_system: bytes | None = None,
     ) -> None:
         self._check_new_turn(turn_id, expected_version)
         self.trigger_event(
@@ -214,6 +221,8 @@ class Conversation(Aggregate):
             sealed_question=sealed_question,
             sealed_answer=sealed_answer,
             **sizes.as_fields(),
+            window_receipt=window_receipt,
+            sealed_system=sealed_system,
         )
 
     def abandon_turn(

@@ -2,7 +2,8 @@
 
     TurnLedgerError
     ├── InvalidInputError            bad argument: wrong type, malformed id, bad text
-    │   └── TurnTooLargeError        a turn's text exceeds the per-turn byte limit
+    │   ├── TurnTooLargeError        a turn's text exceeds the per-turn byte limit
+    │   └── WindowMismatchError      a window handed to confirm_turn is not this turn's
     ├── ConversationNotFoundError    unknown conversation, or not the caller's
     ├── TurnNotFoundError            a named turn is not in the conversation
     ├── TurnConflictError            a turn id is reused for different content
@@ -49,6 +50,14 @@ class TurnTooLargeError(InvalidInputError):
             f"its text is {size} UTF-8 bytes, over the per-turn limit of {limit} "
             "(TURNLEDGER_MAX_TURN_BYTES)",
         )
+
+
+class WindowMismatchError(InvalidInputError):
+    """Raised when the window passed to confirm_turn did not ask this question."""
+
+    def __init__(self, conversation_id: UUID, reason: str) -> None:
+        self.conversation_id = conversation_id
+        super().__init__("window", f"cannot be kept as this turn's receipt: {reason}")
 
 
 class ConversationNotFoundError(TurnLedgerError, LookupError):

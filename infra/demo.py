@@ -82,6 +82,7 @@ def run(arguments: argparse.Namespace) -> int:
         turn_id="turn-3",
         question=THIRD_QUESTION,
         answer=THIRD_ANSWER,
+        window=narrow,  # keeps the receipt of what was sent
     )
     rows.append(_stored_row("Confirm the reply", ledger, conversation_id))
     ledger.close()

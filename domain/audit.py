@@ -1,0 +1,550 @@
+"""Audits: verify every conversation's versions, hash chain, receipts and snapshots.
+
+The chain pass reads raw stored rows (the notification log, or one
+conversation's events) and needs no keys: it checks that versions run 1..n
+without gaps, that each event's digest matches its stored bytes, that each
+event links to the digest of the stored event before it, and that heads
+recorded elsewhere (anchors) are still there. The receipt pass replays each
+conversation from its events alone (never from a snapshot, which the chain
+does not cover) to the version a receipt names, applies the receipt's policy
+again with the turn's own question, and compares the body's length and
+SHA-256; receipts whose turns were deleted since are reported as not
+re-derivable, which is expected, not a failure. Finally every snapshot is
+compared with the replay of its events. See docs/audit.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from uuid import UUID
+
+from eventsourcing.persistence import StoredEvent
+from eventsourcing.utils import get_topic
+
+from domain.application import Conversations
+from domain.chain import ChainFormatError, raw_link
+from domain.conversation import Conversation
+from domain.errors import (
+    ConversationNotFoundError,
+    InvalidInputError,
+    TextUnavailableError,
+    WindowError,
+)
+from domain.findings import (
+    ANCHOR_MISMATCH,
+    BROKEN_LINK,
+    CHANGED,
+    MISSING,
+    NOT_REDERIVABLE,
+    RECEIPT_INVALID,
+    RECEIPT_MISMATCH,
+    SNAPSHOT_MISMATCH,
+    TEXT_MISSING,
+    TRUNCATED,
+    UNDECODABLE,
+    UNREADABLE,
+    UNREPLAYABLE,
+    UNSEALED,
+    Anchor,
+    AuditReport,
+    ChainRow,
+    ConversationAudit,
+    Finding,
+    check_anchor,
+    check_chain,
+    vanished_finding,
+)
+from domain.receipt import WindowReceipt
+from projections.tokens import TokenCounter
+
+__all__ = [
+    "ANCHOR_MISMATCH",
+    "BROKEN_LINK",
+    "CHANGED",
+    "MISSING",
+    "NOT_REDERIVABLE",
+    "RECEIPT_INVALID",
+    "RECEIPT_MISMATCH",
+    "SNAPSHOT_MISMATCH",
+    "TEXT_MISSING",
+    "TRUNCATED",
+    "UNDECODABLE",
+    "UNREADABLE",
+    "UNREPLAYABLE",
+    "UNSEALED",
+    "Anchor",
+    "AuditReport",
+    "Auditor",
+    "ConversationAudit",
+    "Finding",
+    "check_anchor",
+    "check_chain",
+]
+
+STARTED_TOPIC = get_topic(Conversation.Started)
+CONFIRMED_TOPIC = get_topic(Conversation.TurnConfirmed)
+DELETED_TOPIC = get_topic(Conversation.HistoryDeleted)
+_HAS_RECEIPT = b'"window_receipt":{'
+
+
+@dataclass(frozen=True, slots=True)
+class _ReceiptToCheck:
+    turn_id: str
+    version: int
+    document: Any
+    sealed_question: bytes
+    sealed_system: bytes | None
+
+
+@dataclass(slots=True)
+class _Collected:
+    audit: ConversationAudit
+    identity: bytes
+    rows: list[ChainRow] = field(default_factory=list)
+    receipts: list[_ReceiptToCheck] = field(default_factory=list)
+
+
+def _state(aggregate: Any) -> dict[str, Any]:
+    return {k: v for k, v in vars(aggregate).items() if k != "_pending_events"}
+
+
+def _receipt_finding(
+    conversation_id: UUID, item: _ReceiptToCheck, kind: str, detail: str
+) -> Finding:
+    return Finding(
+        kind, conversation_id, item.version, f"receipt of turn {item.turn_id}: {detail}"
+    )
+
+
+class Auditor:
+    """Runs audits over one ledger; `progress` is told how many events were read."""
+
+    def __init__(
+        self,
+        ledger: Conversations,
+        *,
+        page_size: int = 1000,
+        progress: Callable[[int], None] | None = None,
+        token_counters: Mapping[str, TokenCounter] | None = None,
+    ) -> None:
+        """`token_counters`: the counters, by name, that windows were built with
+        besides the built-in estimate (receipts name theirs)."""
+        self.ledger = ledger
+        self.page_size = page_size
+        self.token_counters = dict(token_counters or {})
+        self.progress = progress or (lambda count: None)
+
+    def total_events(self, conversation_id: UUID | None = None) -> int:
+        """An upper bound on the rows an audit reads, for a progress bar."""
+        if conversation_id is not None:
+            return len(self.ledger.recorder.select_events(conversation_id))
+        return self.ledger.recorder.max_notification_id() or 0
+
+    def audit(
+        self,
+        conversation_id: UUID | None = None,
+        *,
+        receipts: bool = True,
+        anchors: Mapping[UUID, Anchor] | None = None,
+    ) -> AuditReport:
+        """Audit the whole store, or one conversation.
+
+        `anchors` are heads recorded elsewhere (the conversation index, an
+        earlier report): the chain cannot show that a conversation's newest
+        events were removed, an anchor beyond the end of the log can.
+        """
+        collected: dict[UUID, _Collected] = {}
+        for page in self._pages(conversation_id):
+            self._collect_page(collected, page)
+        if conversation_id is not None and not collected:
+            raise ConversationNotFoundError(conversation_id)
+        anchors = dict(anchors or {})
+        if conversation_id is not None:
+            anchors = {k: v for k, v in anchors.items() if k == conversation_id}
+        for vanished in anchors.keys() - collected.keys():
+            collected[vanished] = _Collected(
+                ConversationAudit(vanished), vanished.bytes
+            )
+        audits: list[ConversationAudit] = []
+        for item in collected.values():
+            audit = item.audit
+            if not item.rows:
+                audit.findings.append(vanished_finding(audit.conversation_id, anchors))
+                audits.append(audit)
+                continue
+            audit.findings.extend(check_chain(audit.conversation_id, item.rows))
+            anchor = anchors.get(audit.conversation_id)
+            if anchor is not None:
+                audit.findings.extend(
+                    check_anchor(audit.conversation_id, item.rows, anchor)
+                )
+            audit.events = len(item.rows)
+            last = max(item.rows, key=lambda r: r.version)
+            audit.head_version = last.version
+            audit.head_digest = last.recorded
+            if receipts:
+                self._check_receipts(audit, item.receipts)
+            self._check_snapshots(audit)
+            audits.append(audit)
+        return AuditReport(audits)
+
+    # Chain pass ---------------------------------------------------------------
+
+    def _pages(self, conversation_id: UUID | None) -> Iterator[Sequence[StoredEvent]]:
+        recorder = self.ledger.recorder
+        if conversation_id is not None:
+            rows = recorder.select_events(conversation_id)
+            yield rows
+            self.progress(len(rows))
+            return
+        start = 0
+        while True:
+            page = recorder.select_notifications(
+                start, self.page_size, inclusive_of_start=False
+            )
+            if not page:
+                return
+            yield page
+            self.progress(len(page))
+            start = page[-1].id
+
+    def _collect_page(
+        self, collected: dict[UUID, _Collected], page: Sequence[StoredEvent]
+    ) -> None:
+        """The audit's inner loop: kept flat, it runs once per stored event."""
+        decode_wanted = (STARTED_TOPIC, DELETED_TOPIC)
+        for stored in page:
+            state: Any = stored.state
+            if state.__class__ is str:  # a hand-edited SQLite row may be TEXT
+                state = state.encode("utf-8")
+                stored = StoredEvent(
+                    originator_id=stored.originator_id,
+                    originator_version=stored.originator_version,
+                    topic=stored.topic,
+                    state=state,
+                )
+            conversation_id: Any = stored.originator_id
+            if conversation_id.__class__ is not UUID:
+                conversation_id = UUID(str(conversation_id))
+            item = collected.get(conversation_id)
+            if item is None:
+                item = collected[conversation_id] = _Collected(
+                    ConversationAudit(conversation_id), conversation_id.bytes
+                )
+            version = stored.originator_version
+            topic = stored.topic
+            try:
+                previous, recorded, computed = raw_link(
+                    item.identity, version, topic, state
+                )
+                item.rows.append(ChainRow(version, previous, recorded, computed))
+            except ChainFormatError as error:
+                item.rows.append(ChainRow(version, "", "", "", str(error)))
+            if topic in decode_wanted or (
+                topic == CONFIRMED_TOPIC and _HAS_RECEIPT in state
+            ):
+                self._read_facts(item, stored)
+
+    def _read_facts(self, item: _Collected, stored: StoredEvent) -> None:
+        """Owner, deleted turns or receipt: the only events the audit decodes."""
+        topic = stored.topic
+        try:
+            event: Any = self.ledger.mapper.to_domain_event(stored)
+            # Each fact is read whole before it is kept, so an event missing a
+            # field leaves nothing half-recorded.
+            if topic == STARTED_TOPIC:
+                item.audit.owner_id = str(event.owner_id)
+            elif topic == DELETED_TOPIC:
+                item.audit.deleted_turn_ids.extend([str(t) for t in event.turn_ids])
+            else:
+                item.receipts.append(
+                    _ReceiptToCheck(
+                        turn_id=event.turn_id,
+                        version=stored.originator_version,
+                        document=event.window_receipt,
+                        sealed_question=event.sealed_question,
+                        sealed_system=event.sealed_system,
+                    )
+                )
+        except Exception as error:  # noqa: BLE001 - any decoding failure is a finding
+            item.audit.findings.append(
+                Finding(
+                    UNDECODABLE,
+                    item.audit.conversation_id,
+                    stored.originator_version,
+                    f"{type(error).__name__}: cannot read the stored state",
+                )
+            )
+
+    # Receipt pass -------------------------------------------------------------
+
+    def _check_receipts(
+        self, audit: ConversationAudit, receipts: list[_ReceiptToCheck]
+    ) -> None:
+        """Re-derive every receipt of one conversation in a single replay.
+
+        The conversation's events are read once and its texts opened in one
+        call to the vault; the replay stops at each receipt's ledger version
+        to apply the policy again, so no past state is rebuilt twice.
+        """
+        if not receipts:
+            return
+        conversation_id = audit.conversation_id
+        try:
+            events: list[Any] = list(self.ledger.events.get(conversation_id))
+            current = self._project(events)
+        except Exception as error:  # noqa: BLE001 - reported, never raised
+            audit.findings.append(
+                Finding(
+                    UNREPLAYABLE,
+                    conversation_id,
+                    None,
+                    f"{type(error).__name__}: the conversation cannot be rebuilt from "
+                    "its events, so its receipts cannot be re-derived",
+                )
+            )
+            audit.receipts_failed += len(receipts)
+            return
+        to_derive: list[tuple[WindowReceipt, _ReceiptToCheck]] = []
+        for item in receipts:
+            checked = self._precheck(conversation_id, current, item)
+            if isinstance(checked, Finding):
+                self._tally(audit, checked)
+            else:
+                to_derive.append((checked, item))
+        if not to_derive:
+            return
+        texts = self._open_texts(conversation_id, events, [i for _, i in to_derive])
+        to_derive.sort(key=lambda pair: pair[0].ledger_version)
+        past: Any = None
+        waiting = iter(to_derive)
+        next_up = next(waiting, None)
+        for event in events:
+            past = event.mutate(past)
+            while next_up is not None and next_up[0].ledger_version == past.version:
+                receipt, item = next_up
+                self._tally(
+                    audit, self._derive(conversation_id, past, receipt, item, texts)
+                )
+                next_up = next(waiting, None)
+        while next_up is not None:  # a ledger version the log does not reach
+            receipt, item = next_up
+            self._tally(
+                audit,
+                _receipt_finding(
+                    conversation_id,
+                    item,
+                    RECEIPT_INVALID,
+                    f"names ledger version {receipt.ledger_version}, beyond the log",
+                ),
+            )
+            next_up = next(waiting, None)
+
+    def _check_snapshots(self, audit: ConversationAudit) -> None:
+        """Each snapshot must equal the replay of the events up to its version.
+
+        Snapshots are not chained, yet the ledger loads from them: an altered
+        snapshot (another owner, an undeleted turn) would be served as truth.
+        """
+        store = self.ledger.snapshots
+        interval = self.ledger.snapshotting_intervals.get(Conversation)
+        if store is None or interval is None or audit.head_version < interval:
+            return  # no snapshot can exist yet: no query
+        conversation_id = audit.conversation_id
+        try:
+            snapshots: list[Any] = list(store.get(conversation_id))
+            if not snapshots:
+                return
+            last = max(s.originator_version for s in snapshots)
+            events: list[Any] = list(self.ledger.events.get(conversation_id, lte=last))
+        except Exception as error:  # noqa: BLE001 - reported, never raised
+            audit.findings.append(
+                Finding(
+                    SNAPSHOT_MISMATCH,
+                    conversation_id,
+                    None,
+                    f"{type(error).__name__}: snapshots or events cannot be read",
+                )
+            )
+            return
+        by_version = {s.originator_version: s for s in snapshots}
+        replayed: Any = None
+        for event in events:
+            try:
+                replayed = event.mutate(replayed)
+            except Exception:  # noqa: BLE001 - the chain pass reports the cause
+                return
+            snapshot = by_version.get(replayed.version)
+            if snapshot is None:
+                continue
+            try:
+                differs = _state(snapshot.mutate(None)) != _state(replayed)
+            except Exception:  # noqa: BLE001 - an unreadable snapshot differs
+                differs = True
+            if differs:
+                audit.findings.append(
+                    Finding(
+                        SNAPSHOT_MISMATCH,
+                        conversation_id,
+                        replayed.version,
+                        "the snapshot differs from the replay of its events: the "
+                        "ledger would serve altered state until it is removed",
+                    )
+                )
+
+    @staticmethod
+    def _tally(audit: ConversationAudit, finding: Finding | None) -> None:
+        if finding is None:
+            audit.receipts_verified += 1
+            return
+        if finding.failure:
+            audit.receipts_failed += 1
+        else:
+            audit.receipts_not_rederivable += 1
+        audit.findings.append(finding)
+
+    @staticmethod
+    def _project(events: list[Any]) -> Conversation:
+        aggregate: Any = None
+        for event in events:
+            aggregate = event.mutate(aggregate)
+        if not isinstance(aggregate, Conversation):
+            raise TypeError("the events do not rebuild a conversation")
+        return aggregate
+
+    def _precheck(
+        self, conversation_id: UUID, current: Conversation, item: _ReceiptToCheck
+    ) -> WindowReceipt | Finding:
+        """The receipt, or why it cannot or need not be re-derived."""
+        try:
+            receipt = WindowReceipt.from_document(item.document)
+        except InvalidInputError as error:
+            return _receipt_finding(
+                conversation_id, item, RECEIPT_INVALID, error.reason
+            )
+        if receipt.ledger_version >= item.version or item.sealed_system is None:
+            return _receipt_finding(
+                conversation_id,
+                item,
+                RECEIPT_INVALID,
+                f"names ledger version {receipt.ledger_version}, which is not before "
+                "its own turn, or has no sealed system instructions",
+            )
+        involved = dict.fromkeys((item.turn_id, *receipt.turn_ids))
+        deleted = [
+            turn_id
+            for turn_id in involved
+            if turn_id in current.turns and current.turns[turn_id].deleted
+        ]
+        if deleted:
+            return _receipt_finding(
+                conversation_id,
+                item,
+                NOT_REDERIVABLE,
+                f"not re-derivable: turns deleted ({', '.join(deleted)})",
+            )
+        if receipt.fold_id is not None:
+            fold = current.fold_map().get(receipt.fold_id)
+            if fold is not None and fold.withdrawn:
+                return _receipt_finding(
+                    conversation_id,
+                    item,
+                    NOT_REDERIVABLE,
+                    f"not re-derivable: turns deleted (covered by fold "
+                    f"{receipt.fold_id}, since withdrawn)",
+                )
+        return receipt
+
+    def _open_texts(
+        self,
+        conversation_id: UUID,
+        events: list[Any],
+        receipts: list[_ReceiptToCheck],
+    ) -> dict[tuple[str, str], str | None]:
+        """Every readable text the receipts may need, opened in one vault call.
+
+        A text whose key is gone maps to None; one whose ciphertext fails to
+        open (altered) is left out, so using it reports the failure there.
+        """
+        items: list[tuple[str, str, bytes]] = []
+        for event in events:
+            sealed_question = getattr(event, "sealed_question", None)
+            sealed_answer = getattr(event, "sealed_answer", None)
+            if isinstance(sealed_question, bytes) and isinstance(sealed_answer, bytes):
+                items.append((event.turn_id, "question", sealed_question))
+                items.append((event.turn_id, "answer", sealed_answer))
+        for item in receipts:
+            assert item.sealed_system is not None
+            items.append((item.turn_id, "system", item.sealed_system))
+        vault = self.ledger.vault
+        try:
+            opened = vault.open_many(conversation_id, items)
+            return {(t, f): text for (t, f, _), text in zip(items, opened, strict=True)}
+        except Exception:  # noqa: BLE001 - find the unreadable ones one by one
+            texts: dict[tuple[str, str], str | None] = {}
+            for turn_id, field_name, sealed in items:
+                try:
+                    texts[(turn_id, field_name)] = vault.open_many(
+                        conversation_id, [(turn_id, field_name, sealed)]
+                    )[0]
+                except Exception:  # noqa: BLE001, S112 - reported where it is used
+                    continue
+            return texts
+
+    def _derive(
+        self,
+        conversation_id: UUID,
+        past: Conversation,
+        receipt: WindowReceipt,
+        item: _ReceiptToCheck,
+        texts: dict[tuple[str, str], str | None],
+    ) -> Finding | None:
+        def finding(kind: str, detail: str) -> Finding:
+            return _receipt_finding(conversation_id, item, kind, detail)
+
+        question_key, system_key = (item.turn_id, "question"), (item.turn_id, "system")
+        if question_key not in texts or system_key not in texts:
+            return finding(UNREADABLE, "its sealed text cannot be opened")
+        question, system = texts[question_key], texts[system_key]
+        if question is None or system is None:
+            return finding(TEXT_MISSING, "its key is gone but it was never deleted")
+        turn_texts = {
+            turn_id: (text, answer)
+            for (turn_id, field_name), text in texts.items()
+            if field_name == "question"
+            and text is not None
+            and (answer := texts.get((turn_id, "answer"))) is not None
+        }
+        try:
+            window = self.ledger.reapply_policy(
+                past,
+                policy=receipt.policy,
+                question=question,
+                system=system,
+                texts=turn_texts,
+                token_counters=self.token_counters,
+            )
+        except InvalidInputError as error:
+            return finding(RECEIPT_INVALID, error.reason)
+        except TextUnavailableError as error:
+            return finding(
+                TEXT_MISSING,
+                f"turn {error.turn_id}'s key is gone but it was never deleted",
+            )
+        except WindowError as error:
+            return finding(RECEIPT_MISMATCH, f"the policy no longer applies: {error}")
+        except Exception as error:  # noqa: BLE001 - e.g. a ciphertext failing its tag
+            return finding(
+                UNREADABLE, f"{type(error).__name__}: sealed text cannot be opened"
+            )
+        sent_fold = window.fold_id if window.fold_sent else None
+        if not receipt.matches(window.body, window.kept_turn_ids, sent_fold):
+            return finding(
+                RECEIPT_MISMATCH,
+                f"re-derived {len(window.body)} bytes with turns "
+                f"{list(window.kept_turn_ids)}; receipt says {receipt.body_bytes} "
+                f"bytes with turns {list(receipt.turn_ids)} and another SHA-256",
+            )
+        return None

@@ -1,0 +1,243 @@
+"""Tamper evidence: each conversation's events form a SHA-256 hash chain.
+
+The chain is computed over what is stored, byte for byte, not over decoded
+objects. Every stored event's state is compact JSON whose last two keys are
+added here when the event is written::
+
+    {...the event's fields...,"previous_digest":"<64 hex>","digest":"<64 hex>"}
+
+``digest`` is SHA-256 over a header naming the row (originator id, version,
+topic) followed by every stored byte that precedes the digest's own hex, so it
+covers the event's fields and its link to the previous event. ``previous_digest``
+is the digest of the event before it in the same conversation (``GENESIS`` for
+version 1). A verifier therefore needs nothing but the raw rows: no decoding,
+no keys, so the chain still verifies after deletion has destroyed turn keys.
+
+What the chain shows: a changed byte anywhere in an event (its own digest no
+longer matches), a removed or inserted event (a version gap, and the next
+event's link no longer matches), reordered or renumbered events and events
+moved between conversations (the header binds the id and version). What it
+cannot show alone: removal of a conversation's newest events, since nothing
+after them commits to them; the conversation index read model and earlier
+audit reports are the anchors for that (see docs/audit.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+from eventsourcing.domain import DomainEventProtocol
+from eventsourcing.persistence import Mapper, StoredEvent
+from eventsourcing.utils import get_topic
+
+CHAIN_FORMAT = 1
+GENESIS = "0" * 64
+"""The `previous_digest` of a conversation's first event."""
+
+_HEADER_TAG = b"turnledger/chain/v1\n"
+_PREVIOUS_KEY = b',"previous_digest":"'
+_DIGEST_KEY = b'","digest":"'
+_END = b'"}'
+_HEX = re.compile(rb"[0-9a-f]{64}")
+# Byte length of the sealed suffix: ,"previous_digest":"<64>","digest":"<64>"}
+_SUFFIX_LENGTH = len(_PREVIOUS_KEY) + 64 + len(_DIGEST_KEY) + 64 + len(_END)
+
+
+class ChainFormatError(ValueError):
+    """Raised when stored bytes do not end in a well-formed chain seal."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChainLink:
+    """What one stored event says about itself and what its bytes hash to."""
+
+    previous_digest: str
+    recorded_digest: str
+    computed_digest: str
+
+    @property
+    def intact(self) -> bool:
+        return self.recorded_digest == self.computed_digest
+
+
+def _header(originator_id: UUID | str, version: int, topic: str) -> bytes:
+    identifier = (
+        originator_id if isinstance(originator_id, UUID) else UUID(str(originator_id))
+    )
+    return b"".join(
+        (
+            _HEADER_TAG,
+            identifier.bytes,
+            version.to_bytes(8, "big", signed=True),
+            topic.encode("utf-8"),
+            b"\n",
+        )
+    )
+
+
+def seal_state(
+    *,
+    originator_id: UUID | str,
+    version: int,
+    topic: str,
+    state: bytes,
+    previous_digest: str,
+) -> tuple[bytes, str]:
+    """Append the chain keys to compact JSON `state`; return (sealed, digest)."""
+    if not _HEX.fullmatch(previous_digest.encode("ascii")):
+        raise ChainFormatError("previous_digest must be 64 lowercase hex digits")
+    if not state.startswith(b"{") or not state.endswith(b"}"):
+        raise ChainFormatError("only a JSON object state can be sealed")
+    separator = b"" if state == b"{}" else b","
+    prefix = b"".join(
+        (
+            state[:-1],
+            separator + _PREVIOUS_KEY[1:],
+            previous_digest.encode("ascii"),
+            _DIGEST_KEY,
+        )
+    )
+    digest = hashlib.sha256(_header(originator_id, version, topic) + prefix).hexdigest()
+    return prefix + digest.encode("ascii") + _END, digest
+
+
+def read_link(stored: StoredEvent) -> ChainLink:
+    """The link a raw stored event records, and the digest its bytes hash to."""
+    return read_link_parts(
+        originator_id=stored.originator_id,
+        version=stored.originator_version,
+        topic=stored.topic,
+        state=stored.state,
+    )
+
+
+def read_link_parts(
+    *, originator_id: UUID | str, version: int, topic: str, state: bytes
+) -> ChainLink:
+    identifier = (
+        originator_id if isinstance(originator_id, UUID) else UUID(str(originator_id))
+    )
+    return ChainLink(*raw_link(identifier.bytes, version, topic, state))
+
+
+_PREVIOUS_AT = len(_PREVIOUS_KEY)
+_DIGEST_KEY_AT = _PREVIOUS_AT + 64
+_DIGEST_AT = _DIGEST_KEY_AT + len(_DIGEST_KEY)
+_EMPTY_OBJECT_PREVIOUS_KEY = b"{" + _PREVIOUS_KEY[1:]
+
+
+def raw_link(
+    identity: bytes, version: int, topic: str, state: bytes
+) -> tuple[str, str, str]:
+    """(previous, recorded, computed) digests of one stored row, as hex text.
+
+    The audit's inner loop: `identity` is the originator id's 16 bytes. No
+    hex validation is needed: a recorded digest that is not hex can never
+    equal a computed one, nor a previous digest the one before it.
+    """
+    if isinstance(state, str):  # a hand-edited SQLite row may come back as TEXT
+        state = state.encode("utf-8")
+    length = len(state)
+    base = length - _SUFFIX_LENGTH
+    if (
+        base < 0
+        or state[length - 2 :] != _END
+        or state[base + _DIGEST_KEY_AT : base + _DIGEST_AT] != _DIGEST_KEY
+        or (
+            state[base : base + _PREVIOUS_AT] != _PREVIOUS_KEY
+            and state[base : base + _PREVIOUS_AT] != _EMPTY_OBJECT_PREVIOUS_KEY
+        )
+    ):
+        raise ChainFormatError("stored state does not end in a chain seal")
+    digest = hashlib.sha256(
+        b"".join(
+            (
+                _HEADER_TAG,
+                identity,
+                version.to_bytes(8, "big", signed=True),
+                topic.encode("utf-8"),
+                b"\n",
+            )
+        )
+    )
+    digest.update(memoryview(state)[: length - 64 - len(_END)])
+    return (
+        state[base + _PREVIOUS_AT : base + _DIGEST_KEY_AT].decode("latin-1"),
+        state[base + _DIGEST_AT : length - 2].decode("latin-1"),
+        digest.hexdigest(),
+    )
+
+
+class RecentDigests:
+    """Digests of events this process recorded, by (conversation, version).
+
+    A stored event never changes, so the digest it was written with is the
+    right link for its successor; remembering it saves reading the row back
+    on the next write to the same conversation. Bounded, thread-safe.
+    """
+
+    def __init__(self, capacity: int = 10_000) -> None:
+        self._capacity = capacity
+        self._digests: OrderedDict[tuple[UUID, int], str] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, originator_id: UUID, version: int) -> str | None:
+        with self._lock:
+            digest = self._digests.get((originator_id, version))
+            if digest is not None:
+                self._digests.move_to_end((originator_id, version))
+            return digest
+
+    def put(self, originator_id: UUID, version: int, digest: str) -> None:
+        with self._lock:
+            self._digests[(originator_id, version)] = digest
+            self._digests.move_to_end((originator_id, version))
+            while len(self._digests) > self._capacity:
+                self._digests.popitem(last=False)
+
+
+class ChainSealingMapper(Mapper[UUID]):
+    """A mapper that seals events which carry a `previous_digest`.
+
+    The application sets `previous_digest` on each new event just before it is
+    recorded (see `Conversations._record`); snapshots carry none and are stored
+    as the library stores them. Decoding needs nothing special: the two chain
+    keys come back as plain attributes of the event.
+    """
+
+    def to_stored_event(self, domain_event: DomainEventProtocol[UUID]) -> StoredEvent:
+        event_state: dict[str, Any] = dict(vars(domain_event))
+        previous_digest = event_state.pop("previous_digest", None)
+        if previous_digest is None:
+            return super().to_stored_event(domain_event)
+        if self.cipher is not None or self.compressor is not None:
+            raise ChainFormatError(
+                "the hash chain is computed over plain JSON state; the ledger seals "
+                "turn text itself, so no library cipher or compressor is configured"
+            )
+        event_state.pop("digest", None)
+        originator_id = event_state.pop("originator_id")
+        originator_version = event_state.pop("originator_version")
+        class_version = getattr(type(domain_event), "class_version", 1)
+        if class_version > 1:
+            event_state["class_version"] = class_version
+        topic = get_topic(type(domain_event))
+        sealed, _ = seal_state(
+            originator_id=originator_id,
+            version=originator_version,
+            topic=topic,
+            state=self.transcoder.encode(event_state),
+            previous_digest=previous_digest,
+        )
+        return StoredEvent(
+            originator_id=originator_id,
+            originator_version=originator_version,
+            topic=topic,
+            state=sealed,
+        )

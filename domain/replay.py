@@ -1,0 +1,88 @@
+"""Replay: a conversation's history as it stood at a past version or time.
+
+The past state comes from the events up to that version. What the owner has
+deleted since stays deleted: time travel never brings text back. A turn is
+shown as deleted when it was deleted at that version or at any later one, and
+its text is never read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime
+from uuid import UUID
+
+from eventsourcing.application import Repository
+
+from domain.application import Conversations, HistoryItem, HistoryPage
+from domain.conversation import Conversation
+from domain.errors import InvalidInputError
+
+
+def history_at(
+    ledger: Conversations,
+    owner_id: str,
+    conversation_id: UUID,
+    *,
+    version: int | None = None,
+    at: datetime | None = None,
+) -> HistoryPage:
+    """Every turn as the owner saw them at `version`, or at time `at`."""
+    if (version is None) == (at is None):
+        raise InvalidInputError("at", "give exactly one of a version or a time")
+    current = ledger.get_conversation(owner_id, conversation_id)
+    if at is not None:
+        version = version_at(ledger, current.id, at)
+    assert version is not None
+    if (
+        isinstance(version, bool)
+        or not isinstance(version, int)
+        or not (1 <= version <= current.version)
+    ):
+        raise InvalidInputError(
+            "version", f"must be an integer from 1 to {current.version}"
+        )
+    # Events only: the hash chain covers events, not snapshots.
+    replayer: Repository[UUID] = Repository(event_store=ledger.events)
+    past: Conversation = replayer.get(current.id, version=version)
+    assert isinstance(past, Conversation)
+    entries = []
+    for entry in past.turns.values():
+        now = current.turns[entry.turn_id]
+        if now.deleted and not entry.deleted:
+            entry = replace(entry, deleted_at=now.deleted_at)
+        entries.append(entry)
+    texts = ledger._read_texts(past, [entry for entry in entries if not entry.deleted])
+    items = tuple(
+        HistoryItem(
+            position=index,
+            turn_id=entry.turn_id,
+            status=entry.status,
+            recorded_at=entry.recorded_at,
+            deleted_at=entry.deleted_at,
+            question=texts.get(entry.turn_id, (None, None))[0],
+            answer=texts.get(entry.turn_id, (None, None))[1],
+        )
+        for index, entry in enumerate(entries)
+    )
+    return HistoryPage(
+        conversation_id=current.id,
+        version=version,
+        total_turns=len(items),
+        items=items,
+        next_offset=None,
+    )
+
+
+def version_at(ledger: Conversations, conversation_id: UUID, at: datetime) -> int:
+    """The version the conversation had at time `at` (its last event by then)."""
+    if not isinstance(at, datetime) or at.tzinfo is None:
+        raise InvalidInputError("at", "expected a timezone-aware datetime")
+    version = 0
+    for recorded in ledger.events.get(conversation_id):
+        if recorded.timestamp > at:  # type: ignore[attr-defined]
+            break
+        version = recorded.originator_version
+    if version == 0:
+        raise InvalidInputError("at", f"the conversation did not exist yet at {at}")
+    return version

@@ -1,0 +1,282 @@
+"""`turnledger audit`, `turnledger history` and `turnledger rebuild`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Table
+
+from domain.audit import Anchor, Auditor, AuditReport
+from domain.errors import InvalidInputError
+from domain.replay import history_at
+from infra.persistence import open_conversations
+from infra.readmodels import READ_MODELS, rebuild
+from infra.settings import Settings
+
+
+def register(subparsers: Any) -> None:
+    audit = subparsers.add_parser(
+        "audit",
+        help="verify versions, hash chains and window receipts; non-zero on failure",
+    )
+    audit.add_argument(
+        "--conversation", type=_uuid, help="audit only this conversation"
+    )
+    audit.add_argument("--json", type=Path, metavar="PATH", help="write a JSON report")
+    audit.add_argument(
+        "--no-receipts", action="store_true", help="check chains and versions only"
+    )
+    audit.add_argument(
+        "--against",
+        type=Path,
+        metavar="REPORT",
+        help="an earlier JSON report: its heads must still be in the log",
+    )
+    audit.add_argument(
+        "--no-index",
+        action="store_true",
+        help="do not check heads against the conversation index read model",
+    )
+    audit.set_defaults(handler=run_audit)
+
+    history = subparsers.add_parser(
+        "history", help="a conversation as it stood at a past version or time"
+    )
+    history.add_argument("conversation", type=_uuid)
+    history.add_argument("--owner", required=True)
+    history.add_argument(
+        "--at",
+        required=True,
+        metavar="VERSION|TIME",
+        help="a version number, or an ISO 8601 time with its zone",
+    )
+    history.set_defaults(handler=run_history)
+
+    rebuild_parser = subparsers.add_parser(
+        "rebuild", help="drop and rebuild read models from the log (resumable)"
+    )
+    rebuild_parser.add_argument(
+        "names",
+        nargs="*",
+        metavar="NAME",
+        help=f"read models to rebuild (default: all of {', '.join(READ_MODELS)})",
+    )
+    rebuild_parser.add_argument(
+        "--restart",
+        action="store_true",
+        help="start over even if an interrupted rebuild could be resumed",
+    )
+    rebuild_parser.set_defaults(handler=run_rebuild)
+
+
+def _uuid(value: str) -> UUID:
+    try:
+        return UUID(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a conversation id: {value!r}") from None
+
+
+@contextmanager
+def _progress(console: Console, label: str, total: int) -> Iterator[Any]:
+    columns = (
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console, transient=False) as progress:
+        task = progress.add_task(label, total=max(total, 1))
+        yield lambda count: progress.advance(task, count)
+        progress.update(task, completed=max(total, 1))
+
+
+def run_audit(arguments: argparse.Namespace) -> int:
+    settings = Settings()
+    console = Console()
+    anchors: dict[UUID, Anchor] = {}
+    if not arguments.no_index:
+        anchors.update(_index_anchors(settings))
+    if arguments.against is not None:
+        anchors.update(anchors_from_report(arguments.against))
+    ledger = open_conversations(settings)
+    try:
+        auditor = Auditor(ledger)
+        total = auditor.total_events(arguments.conversation)
+        with _progress(console, "auditing events", total) as advance:
+            auditor.progress = advance
+            report = auditor.audit(
+                arguments.conversation,
+                receipts=not arguments.no_receipts,
+                anchors=anchors,
+            )
+    finally:
+        ledger.close()
+    _print_summary(console, report)
+    if arguments.json is not None:
+        arguments.json.write_text(json.dumps(report.to_json(), indent=2) + "\n")
+        console.print(f"report written to {arguments.json}")
+    return 0 if report.ok else 1
+
+
+def anchors_from_report(path: Path) -> dict[UUID, Anchor]:
+    """The heads an earlier `turnledger audit --json` report recorded."""
+    try:
+        document = json.loads(path.read_text())
+        return {
+            UUID(item["conversation_id"]): (
+                int(item["head_version"]),
+                str(item["head_digest"]),
+            )
+            for item in document["conversation_details"]
+            if item["events"]
+        }
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise InvalidInputError(
+            "--against", f"{path} is not a turnledger audit report ({error})"
+        ) from None
+
+
+def _index_anchors(settings: Settings) -> dict[UUID, Anchor]:
+    """Heads the conversation index has seen (empty when it was never built)."""
+    store = READ_MODELS["conversation_index"](settings)
+    try:
+        rows = store.rows()  # type: ignore[attr-defined]
+    finally:
+        store.close()
+    return {
+        row.conversation_id: (row.version, row.head_digest)
+        for row in rows
+        if row.head_digest
+    }
+
+
+def _print_summary(console: Console, report: AuditReport) -> None:
+    summary = report.to_json()
+    table = Table(title="audit summary")
+    table.add_column("check")
+    table.add_column("result", justify="right")
+    table.add_row("conversations", str(summary["conversations"]))
+    table.add_row("events verified", str(summary["events_verified"]))
+    table.add_row("broken chains", _red_if(summary["chains_broken"]))
+    table.add_row("receipts verified", str(summary["receipts"]["verified"]))
+    table.add_row(
+        "receipts not re-derivable (turns deleted)",
+        str(summary["receipts"]["not_rederivable"]),
+    )
+    table.add_row("receipts failed", _red_if(summary["receipts"]["failed"]))
+    table.add_row("deleted turns", str(summary["deleted_turns"]))
+    table.add_row("integrity failures", _red_if(len(report.failures)))
+    console.print(table)
+    if report.failures:
+        failures = Table(title="integrity failures")
+        for column in ("conversation", "version", "kind", "detail"):
+            failures.add_column(column)
+        for finding in report.failures:
+            failures.add_row(
+                str(finding.conversation_id),
+                "" if finding.version is None else str(finding.version),
+                finding.kind,
+                escape(finding.detail),
+            )
+        console.print(failures)
+    verdict = "[green]audit passed[/]" if report.ok else "[red]audit FAILED[/]"
+    console.print(verdict)
+
+
+def _red_if(count: int) -> str:
+    return f"[red]{count}[/]" if count else "0"
+
+
+def run_history(arguments: argparse.Namespace) -> int:
+    settings = Settings()
+    console = Console()
+    version, at = _parse_at(arguments.at)
+    ledger = open_conversations(settings)
+    try:
+        page = history_at(
+            ledger, arguments.owner, arguments.conversation, version=version, at=at
+        )
+    finally:
+        ledger.close()
+    table = Table(
+        title=f"conversation {page.conversation_id} at version {page.version}"
+    )
+    for column in ("#", "turn", "status", "recorded", "question", "answer"):
+        table.add_column(column)
+    for item in page.items:
+        deleted = (
+            f"[dim](deleted {item.deleted_at:%Y-%m-%d %H:%M:%S})[/]"
+            if item.deleted_at is not None
+            else ""
+        )
+        table.add_row(
+            str(item.position + 1),
+            escape(item.turn_id),
+            item.status.value,
+            f"{item.recorded_at:%Y-%m-%d %H:%M:%S}",
+            deleted if item.deleted else escape(item.question or ""),
+            deleted if item.deleted else escape(item.answer or ""),
+        )
+    console.print(table)
+    return 0
+
+
+def _parse_at(value: str) -> tuple[int | None, datetime | None]:
+    if value.isdigit():
+        return int(value), None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise InvalidInputError(
+            "at", "expected a version number or an ISO 8601 time"
+        ) from None
+    if moment.tzinfo is None:
+        raise InvalidInputError("at", "the time needs a zone, e.g. 2026-01-31T12:00Z")
+    return None, moment
+
+
+def run_rebuild(arguments: argparse.Namespace) -> int:
+    unknown = [name for name in arguments.names if name not in READ_MODELS]
+    if unknown:
+        raise InvalidInputError(
+            "read model",
+            f"unknown {', '.join(unknown)}; known: {', '.join(READ_MODELS)}",
+        )
+    settings = Settings()
+    console = Console()
+    ledger = open_conversations(settings)
+    try:
+        latest = ledger.recorder.max_notification_id() or 0
+        for name in arguments.names or list(READ_MODELS):
+            store = READ_MODELS[name](settings)
+            try:
+                tracking = store.tracking()
+                resuming = tracking.rebuilding and not arguments.restart
+                start = tracking.position if resuming else 0
+                label = f"{name} ({'resuming' if resuming else 'rebuilding'})"
+                with _progress(console, label, latest - start) as advance:
+                    rebuild(ledger, store, restart=arguments.restart, progress=advance)
+                console.print(
+                    f"{name}: rebuilt up to position {store.tracking().position}"
+                )
+            finally:
+                store.close()
+    finally:
+        ledger.close()
+    return 0

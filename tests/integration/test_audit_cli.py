@@ -1,0 +1,145 @@
+"""The audit, history and rebuild commands, run as a user runs them."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from uuid import UUID
+
+import pytest
+
+from domain.application import Conversations
+from infra.cli import main
+from infra.persistence import open_conversations
+from infra.readmodels import READ_MODELS
+from infra.settings import Settings
+from tests.integration.tamper import RawEvents
+from tests.integration.test_audit import _environment, run_turns
+
+SQL_STORES = pytest.mark.parametrize(
+    "settings",
+    ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)],
+    indirect=True,
+)
+
+
+@pytest.fixture
+def configured(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    """Point the CLI's environment at the test's store."""
+    for key, value in _environment(settings).items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.chdir(
+        settings.data_dir.parent if settings.persistence == "sqlite" else Path.cwd()
+    )
+    return settings
+
+
+def _seed(settings: Settings) -> UUID:
+    ledger: Conversations = open_conversations(settings)
+    try:
+        conversation_id, _ = run_turns(ledger, turns=3)
+        ledger.delete_history("alice", conversation_id, turn_ids=["t3"])
+    finally:
+        ledger.close()
+    return conversation_id
+
+
+@SQL_STORES
+def test_audit_passes_writes_json_then_fails_after_tampering(
+    configured: Settings, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    conversation_id = _seed(configured)
+    report_path = tmp_path / "audit.json"
+    assert main(["audit", "--json", str(report_path)]) == 0
+    out = capsys.readouterr().out
+    assert "audit passed" in out and "events verified" in out
+    report = json.loads(report_path.read_text())
+    assert report["ok"] is True and report["events_verified"] == 5
+    assert report["receipts"] == {"verified": 2, "not_rederivable": 1, "failed": 0}
+    assert report["deleted_turns"] == 1
+
+    raw = RawEvents(configured)
+    try:
+        raw.flip_byte(conversation_id, 2, 40)
+    finally:
+        raw.close()
+    assert main(["audit", "--json", str(report_path)]) == 1
+    out = capsys.readouterr().out
+    assert "audit FAILED" in out and "changed" in out
+    failures = json.loads(report_path.read_text())["failures"]
+    assert {
+        "kind": "changed",
+        "conversation_id": str(conversation_id),
+        "version": 2,
+    }.items() <= failures[0].items()
+    assert main(["audit", "--conversation", str(conversation_id), "--no-receipts"]) == 1
+
+
+@SQL_STORES
+def test_history_prints_a_past_version_with_later_deletions_kept(
+    configured: Settings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    conversation_id = _seed(configured)
+    assert main(["history", str(conversation_id), "--owner", "alice", "--at", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "at version 4" in out and "Question 1" in out and "Question 3" not in out
+    assert "t3" in out and "deleted" in out
+    history = ["history", str(conversation_id), "--owner", "alice", "--at"]
+    tomorrow = (datetime.now(UTC) + timedelta(days=1)).isoformat()
+    assert main([*history, tomorrow]) == 0
+    assert "at version 5" in capsys.readouterr().out
+    assert main([*history, datetime.now().isoformat()]) == 1
+    assert "needs a zone" in capsys.readouterr().err
+    assert main([*history, "99"]) == 1
+    assert "invalid version" in capsys.readouterr().err
+    assert (
+        main(["history", str(conversation_id), "--owner", "alice", "--at", "soon"]) == 1
+    )
+    assert main(["history", str(conversation_id), "--owner", "bob", "--at", "2"]) == 1
+    assert "not found" in capsys.readouterr().err
+
+
+@SQL_STORES
+def test_rebuild_drops_and_rebuilds_then_resumes_an_interrupted_one(
+    configured: Settings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    conversation_id = _seed(configured)
+    assert main(["rebuild"]) == 0
+    assert "conversation_index: rebuilt up to position" in capsys.readouterr().out
+    store = READ_MODELS["conversation_index"](configured)
+    try:
+        assert store.conversations_of("alice") == [conversation_id]  # type: ignore[attr-defined]
+        store.reset()  # as if a rebuild had been interrupted at its start
+    finally:
+        store.close()
+    assert main(["rebuild", "conversation_index"]) == 0
+    assert "resuming" in capsys.readouterr().out
+    assert main(["rebuild", "nonsense"]) == 1
+
+
+@SQL_STORES
+def test_audit_checks_heads_against_the_index_and_an_earlier_report(
+    configured: Settings, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ledger = open_conversations(configured)
+    try:
+        conversation_id, _ = run_turns(ledger, turns=3)
+    finally:
+        ledger.close()
+    earlier = tmp_path / "earlier.json"
+    assert main(["audit", "--json", str(earlier)]) == 0
+    assert main(["rebuild"]) == 0
+    raw = RawEvents(configured)
+    try:
+        raw.delete(conversation_id, 4)  # the newest event
+    finally:
+        raw.close()
+    capsys.readouterr()
+    assert main(["audit", "--no-index"]) == 0  # the chain alone cannot see it
+    assert main(["audit"]) == 1  # the index recorded version 4
+    assert "truncated" in capsys.readouterr().out
+    assert main(["audit", "--no-index", "--against", str(earlier)]) == 1
+    (tmp_path / "bad.json").write_text("{}")
+    assert main(["audit", "--against", str(tmp_path / "bad.json")]) == 1
+    assert "not a turnledger audit report" in capsys.readouterr().err

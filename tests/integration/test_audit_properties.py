@@ -1,0 +1,78 @@
+"""Invariants of the audit over random histories, on the in-memory store."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from domain.audit import Auditor
+from infra.persistence import open_conversations
+from infra.settings import Settings
+
+OWNER = "alice"
+
+step = st.one_of(
+    st.tuples(st.just("confirm"), st.integers(60, 2_000), st.text(max_size=40)),
+    st.tuples(st.just("abandon"), st.just(0), st.text(min_size=1, max_size=20)),
+    st.tuples(st.just("delete"), st.integers(0, 9), st.just("")),
+)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(step, min_size=1, max_size=12))
+def test_any_history_audits_clean_and_accounts_for_every_receipt(
+    steps: list[tuple[str, int, str]],
+) -> None:
+    ledger = open_conversations(Settings(_env_file=None, persistence="memory"))
+    try:
+        conversation_id = ledger.start_conversation(OWNER)
+        receipts: dict[str, tuple[str, ...]] = {}  # turn id -> turns its window held
+        turn_ids: list[str] = []
+        for index, (kind, number, text) in enumerate(steps):
+            turn_id = f"t{index}"
+            question = f"q{index} {text}".strip()
+            if kind == "confirm":
+                window = ledger.project_window(
+                    OWNER,
+                    conversation_id,
+                    question=question,
+                    system=text,
+                    model="m",
+                    # Room for any system text and question (up to 6 bytes a char).
+                    max_bytes=max(number, 100 + 6 * (len(question) + len(text))),
+                )
+                ledger.confirm_turn(
+                    OWNER,
+                    conversation_id,
+                    turn_id=turn_id,
+                    question=question,
+                    answer=f"a{index} {text}",
+                    window=window,
+                )
+                receipts[turn_id] = window.window.kept_turn_ids
+                turn_ids.append(turn_id)
+            elif kind == "abandon":
+                ledger.record_abandoned_turn(
+                    OWNER,
+                    conversation_id,
+                    turn_id=turn_id,
+                    question=question,
+                    outcome="failed",
+                )
+                turn_ids.append(turn_id)
+            elif turn_ids:
+                ledger.delete_history(
+                    OWNER, conversation_id, turn_ids=[turn_ids[number % len(turn_ids)]]
+                )
+        report = Auditor(ledger).audit()
+        assert report.ok, report.failures
+        audit = report.conversation(conversation_id)
+        deleted = set(audit.deleted_turn_ids)
+        expected_gone = sum(
+            1 for turn_id, held in receipts.items() if {turn_id, *held} & deleted
+        )
+        assert audit.receipts_not_rederivable == expected_gone
+        assert audit.receipts_verified == len(receipts) - expected_gone
+        assert audit.events == ledger.get_conversation(OWNER, conversation_id).version
+    finally:
+        ledger.close()
