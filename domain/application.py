@@ -369,17 +369,9 @@ class Conversations(Application[UUID]):
         check_identifier("owner_id", owner_id)
         if not isinstance(conversation_id, UUID):
             raise InvalidInputError("conversation_id", "expected a UUID")
-        try:
-            conversation: Conversation = self.repository.get(conversation_id)
-        except AggregateNotFoundError:
-            raise ConversationNotFoundError(conversation_id) from None
-        # Somebody else's conversation is answered exactly like a missing one.
-        if (
-            not isinstance(conversation, Conversation)
-            or conversation.owner_id != owner_id
-        ):
-            raise ConversationNotFoundError(conversation_id)
-        return conversation
+        return self._owned(
+            owner_id, conversation_id, lambda key: self.repository.get(key)
+        )
 
     def get_history(
         self, owner_id: str, conversation_id: UUID, *, offset: int = 0, limit: int = 50
@@ -397,19 +389,7 @@ class Conversations(Application[UUID]):
             )
         conversation = self.get_conversation(owner_id, conversation_id)
         entries = list(conversation.turns.values())[offset : offset + limit]
-        texts = self._read_texts(conversation, [e for e in entries if not e.deleted])
-        items = tuple(
-            HistoryItem(
-                position=offset + index,
-                turn_id=entry.turn_id,
-                status=entry.status,
-                recorded_at=entry.recorded_at,
-                deleted_at=entry.deleted_at,
-                question=texts.get(entry.turn_id, (None, None))[0],
-                answer=texts.get(entry.turn_id, (None, None))[1],
-            )
-            for index, entry in enumerate(entries)
-        )
+        items = self.history_items(conversation, entries, first_position=offset)
         end = offset + len(entries)
         return HistoryPage(
             conversation_id=conversation.id,
@@ -583,19 +563,48 @@ class Conversations(Application[UUID]):
     def _read_conversation(self, owner_id: str, conversation_id: UUID) -> Conversation:
         """For queries only: with a query cache, the cached object itself,
         which queries must not change."""
+        return self._owned(owner_id, conversation_id, self._query_cache.get)
+
+    @staticmethod
+    def _owned(
+        owner_id: str, conversation_id: UUID, load: Callable[[UUID], object]
+    ) -> Conversation:
         check_identifier("owner_id", owner_id)
         if not isinstance(conversation_id, UUID):
             raise InvalidInputError("conversation_id", "expected a UUID")
         try:
-            conversation: object = self._query_cache.get(conversation_id)
+            conversation = load(conversation_id)
         except AggregateNotFoundError:
             raise ConversationNotFoundError(conversation_id) from None
+        # Somebody else's conversation is answered exactly like a missing one.
         if (
             not isinstance(conversation, Conversation)
             or conversation.owner_id != owner_id
         ):
             raise ConversationNotFoundError(conversation_id)
         return conversation
+
+    def history_items(
+        self,
+        conversation: Conversation,
+        entries: Sequence[TurnEntry],
+        *,
+        first_position: int,
+    ) -> tuple[HistoryItem, ...]:
+        """These turns as the owner sees them: text for live turns, else None."""
+        texts = self._read_texts(conversation, [e for e in entries if not e.deleted])
+        return tuple(
+            HistoryItem(
+                position=first_position + index,
+                turn_id=entry.turn_id,
+                status=entry.status,
+                recorded_at=entry.recorded_at,
+                deleted_at=entry.deleted_at,
+                question=texts.get(entry.turn_id, (None, None))[0],
+                answer=texts.get(entry.turn_id, (None, None))[1],
+            )
+            for index, entry in enumerate(entries)
+        )
 
     def _read_fold(self, conversation: Conversation, fold: FoldEntry) -> str:
         recorded = next(

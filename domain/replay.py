@@ -14,7 +14,7 @@ from uuid import UUID
 
 from eventsourcing.application import Repository
 
-from domain.application import Conversations, HistoryItem, HistoryPage
+from domain.application import Conversations, HistoryPage
 from domain.conversation import Conversation
 from domain.errors import InvalidInputError
 
@@ -52,19 +52,7 @@ def history_at(
         if now.deleted and not entry.deleted:
             entry = replace(entry, deleted_at=now.deleted_at)
         entries.append(entry)
-    texts = ledger._read_texts(past, [entry for entry in entries if not entry.deleted])
-    items = tuple(
-        HistoryItem(
-            position=index,
-            turn_id=entry.turn_id,
-            status=entry.status,
-            recorded_at=entry.recorded_at,
-            deleted_at=entry.deleted_at,
-            question=texts.get(entry.turn_id, (None, None))[0],
-            answer=texts.get(entry.turn_id, (None, None))[1],
-        )
-        for index, entry in enumerate(entries)
-    )
+    items = ledger.history_items(past, entries, first_position=0)
     return HistoryPage(
         conversation_id=current.id,
         version=version,
