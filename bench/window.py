@@ -118,15 +118,15 @@ def build_conversation(ledger: Conversations, texts: Sequence[tuple[str, str]]) 
     """Record the turns in batches, with a single snapshot at the end.
 
     Through the same domain commands and vault as `confirm_turn`, but saving
-    500 events (and their keys) per transaction; snapshots every 200 events
-    are switched off while loading (each would serialize the whole, growing
-    turn index) and one is taken at the end.
+    500 events (and their keys) per transaction; snapshots are switched off
+    while loading (each would serialize the whole, growing turn index) and one
+    is taken at the end.
     """
     conversation_id = ledger.start_conversation(OWNER)
     conversation = ledger.repository.get(conversation_id)
     assert isinstance(conversation, Conversation)
-    intervals = ledger.snapshotting_intervals
-    ledger.snapshotting_intervals = {}  # type: ignore[misc]
+    interval = ledger.snapshot_interval
+    ledger.snapshot_interval = None
     keys = ledger.vault._keys  # type: ignore[attr-defined]
     buffered = BufferedKeys(keys)
     ledger.vault._keys = buffered  # type: ignore[attr-defined]
@@ -155,7 +155,7 @@ def build_conversation(ledger: Conversations, texts: Sequence[tuple[str, str]]) 
         buffered.flush()
         ledger.save(conversation)
     finally:
-        ledger.snapshotting_intervals = intervals  # type: ignore[misc]
+        ledger.snapshot_interval = interval
         ledger.vault._keys = keys  # type: ignore[attr-defined]
     ledger.take_snapshot(conversation_id)
     return conversation_id

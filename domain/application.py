@@ -13,6 +13,7 @@ from eventsourcing.application import (
     Application,
     ProcessingEvent,
 )
+from eventsourcing.domain import Snapshot
 from eventsourcing.persistence import IntegrityError, JSONTranscoder, Mapper, Recording
 
 from domain.chain import GENESIS, ChainSealingMapper, RecentDigests, read_link
@@ -145,11 +146,29 @@ class FoldReceipt:
     version: int
 
 
+def snapshot_due(version: int, interval: int) -> bool:
+    """Whether a snapshot is taken when a conversation reaches `version`.
+
+    Every `interval` events while the conversation is young; from 16 intervals
+    on, the spacing doubles with each doubling of the length. A snapshot holds
+    the whole turn index, so fixed spacing would make writing a long
+    conversation quadratic; this spacing keeps the snapshots' total size linear
+    in the length, and a load replays at most about an eighth of the events.
+    """
+    step = interval
+    while version >= step * 16:
+        step *= 2
+    return version % step == 0
+
+
 class Conversations(Application[UUID]):
     """The conversation ledger, for application services."""
 
     name = "Conversations"
-    snapshotting_intervals = {Conversation: DEFAULT_SNAPSHOT_INTERVAL}  # noqa: RUF012
+    # Snapshots are taken by `save` on the spacing of `snapshot_due`, not by the
+    # library's fixed interval, which would rewrite a long conversation's whole
+    # turn index every few hundred events.
+    is_snapshotting_enabled = True
     # Reading the log in pages larger than the library default of 10.
     log_section_size = 1000
 
@@ -165,9 +184,7 @@ class Conversations(Application[UUID]):
         self.vault = vault
         self.max_turn_bytes = max_turn_bytes
         self._recent_digests = RecentDigests()
-        # The library reads the intervals through the instance, so a per-ledger
-        # setting shadows the class default without touching other ledgers.
-        self.snapshotting_intervals = {Conversation: snapshot_interval}  # type: ignore[misc]
+        self.snapshot_interval: int | None = snapshot_interval  # None: no snapshots
         super().__init__(env)
         self._query_cache = QueryCache(
             query_cache_size,
@@ -177,6 +194,21 @@ class Conversations(Application[UUID]):
             ),
         )
         self.purge = PurgeRunner(self, vault.purge_view)
+
+    def save(self, *objs: Any, **kwargs: Any) -> list[Recording[UUID]]:
+        recordings = super().save(*objs, **kwargs)
+        if self.snapshots is not None and self.snapshot_interval is not None:
+            interval = self.snapshot_interval
+            due = {
+                recording.domain_event.originator_id
+                for recording in recordings
+                if snapshot_due(recording.domain_event.originator_version, interval)
+            }
+            for obj in objs:
+                if isinstance(obj, Conversation) and obj.id in due:
+                    # The aggregate in hand is the state just recorded: no reload.
+                    self.snapshots.put([Snapshot.take(obj)])
+        return recordings
 
     def construct_mapper(self) -> Mapper[UUID]:
         base = super().construct_mapper()

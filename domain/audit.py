@@ -349,9 +349,9 @@ class Auditor:
         snapshot (another owner, an undeleted turn) would be served as truth.
         """
         store = self.ledger.snapshots
-        interval = self.ledger.snapshotting_intervals.get(Conversation)
-        if store is None or interval is None or audit.head_version < interval:
-            return  # no snapshot can exist yet: no query
+        interval = self.ledger.snapshot_interval
+        if store is None or (interval is not None and audit.head_version < interval):
+            return  # no snapshot can have been taken yet: no query
         conversation_id = audit.conversation_id
         try:
             snapshots: list[Any] = list(store.get(conversation_id))

@@ -101,3 +101,19 @@ def test_deletion_marks_turns_and_refuses_later_writes_for_them() -> None:
         confirm(conversation, "t1")
     assert conversation.delete_history(turn_ids=None, deleted_by="alice") == ["t2"]
     assert conversation.delete_history(turn_ids=None, deleted_by="alice") == []
+
+
+def test_snapshots_are_spaced_so_their_total_size_stays_linear() -> None:
+    from domain.application import snapshot_due
+
+    interval = 200
+    due = [v for v in range(1, 200_001) if snapshot_due(v, interval)]
+    # Young conversations: every interval, as before.
+    assert due[:16] == [interval * n for n in range(1, 17)]
+    # Never more than an eighth of the events to replay after the last snapshot.
+    for earlier, later in zip(due, due[1:], strict=False):
+        assert later - earlier <= max(interval, later // 8)
+    # Total turn-index entries written by all snapshots: a small multiple of
+    # the length, where fixed spacing would write length**2 / (2 * interval).
+    assert sum(due) <= 20 * 200_000
+    assert len(due) < 100
