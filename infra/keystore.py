@@ -39,6 +39,18 @@ class KeyStore(KeyPurgeView):
     @abstractmethod
     def close(self) -> None: ...
 
+    @abstractmethod
+    def _tracking_row(self, application_name: str) -> tuple[int, int, int] | None:
+        """The purge's (followed, last destroying, compacted) positions."""
+
+    def max_tracking_id(self, application_name: str) -> int | None:
+        row = self._tracking_row(application_name)
+        return None if row is None else row[0]
+
+    def needs_compaction(self, application_name: str) -> bool:
+        row = self._tracking_row(application_name)
+        return row is not None and row[1] > row[2]
+
 
 class MemoryKeyStore(KeyStore):
     def __init__(self) -> None:
@@ -85,15 +97,14 @@ class MemoryKeyStore(KeyStore):
             positions = self._positions(tracking.application_name)
             positions[0] = max(positions[0], tracking.notification_id)
 
-    def max_tracking_id(self, application_name: str) -> int | None:
+    def _tracking_row(self, application_name: str) -> tuple[int, int, int] | None:
         with self._lock:
             positions = self._tracking.get(application_name)
-            return positions[0] if positions else None
-
-    def needs_compaction(self, application_name: str) -> bool:
-        with self._lock:
-            positions = self._tracking.get(application_name)
-            return positions is not None and positions[1] > positions[2]
+            return (
+                None
+                if positions is None
+                else (positions[0], positions[1], positions[2])
+            )
 
     def compact(self, application_name: str) -> bool:
         # A popped dict entry leaves nothing to rewrite.

@@ -202,14 +202,6 @@ class PostgresKeyStore(KeyStore):
                 (tracking.application_name, tracking.notification_id),
             )
 
-    def max_tracking_id(self, application_name: str) -> int | None:
-        row = self._tracking_row(application_name)
-        return None if row is None else int(row[0])
-
-    def needs_compaction(self, application_name: str) -> bool:
-        row = self._tracking_row(application_name)
-        return row is not None and row[1] > row[2]
-
     def compact(self, application_name: str) -> bool:
         """VACUUM FULL the partitions the purge deleted from since the last time.
 

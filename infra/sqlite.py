@@ -146,14 +146,6 @@ class SQLiteKeyStore(KeyStore):
                 _ADVANCE, (tracking.application_name, tracking.notification_id, 0)
             )
 
-    def max_tracking_id(self, application_name: str) -> int | None:
-        row = self._tracking_row(application_name)
-        return None if row is None else int(row[0])
-
-    def needs_compaction(self, application_name: str) -> bool:
-        row = self._tracking_row(application_name)
-        return row is not None and row[1] > row[2]
-
     def compact(self, application_name: str) -> bool:
         """Checkpoint and truncate the WAL; deleted cells are already zeroed."""
         with self._lock:
