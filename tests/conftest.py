@@ -59,18 +59,24 @@ def postgres_schema(postgres_conninfo: str) -> Iterator[str]:
         )
 
 
+@pytest.fixture
+def postgres_settings(postgres_schema: str) -> Settings:
+    """PostgreSQL settings on this test's own schema, with a fresh master key."""
+    return Settings(
+        _env_file=None,
+        persistence="postgres",
+        postgres_schema=postgres_schema,
+        master_key=new_master_key(),
+    )
+
+
 @pytest.fixture(params=STORES)
 def settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
     """Settings for one store; the same settings reopen the same data."""
     store = request.param
     if store == "postgres":
-        schema = request.getfixturevalue("postgres_schema")
-        return Settings(
-            _env_file=None,
-            persistence="postgres",
-            postgres_schema=schema,
-            master_key=new_master_key(),
-        )
+        postgres: Settings = request.getfixturevalue("postgres_settings")
+        return postgres
     return Settings(_env_file=None, persistence=store, data_dir=tmp_path / "data")
 
 

@@ -17,7 +17,6 @@ import pytest
 
 from infra.devices import open_device_registry
 from infra.settings import Settings
-from infra.vault import new_master_key
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,14 +29,8 @@ class Server:
 
 
 @pytest.fixture
-def service_settings(postgres_schema: str) -> Settings:
-    return Settings(
-        _env_file=None,
-        persistence="postgres",
-        postgres_schema=postgres_schema,
-        master_key=new_master_key(),
-        postgres_pool_size=10,
-    )
+def service_settings(postgres_settings: Settings) -> Settings:
+    return postgres_settings.model_copy(update={"postgres_pool_size": 10})
 
 
 def free_port() -> int:

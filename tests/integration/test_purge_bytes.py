@@ -31,7 +31,7 @@ from domain.application import Conversations
 from domain.conversation import Conversation
 from infra.persistence import open_conversations
 from infra.settings import Settings
-from infra.vault import KeyVault, new_master_key
+from infra.vault import KeyVault
 
 OWNER = "owner-1"
 
@@ -283,14 +283,9 @@ def _pg_dump(settings: Settings) -> bytes:
 
 @pytest.mark.postgres
 def test_postgres_files_and_dump_hold_no_marker_and_no_destroyed_key(
-    postgres_conninfo: str, postgres_schema: str
+    postgres_conninfo: str, postgres_settings: Settings
 ) -> None:
-    settings = Settings(
-        _env_file=None,
-        persistence="postgres",
-        postgres_schema=postgres_schema,
-        master_key=new_master_key(),
-    )
+    settings = postgres_settings
     database_directory = _database_directory(postgres_conninfo)
     marker = f"MARKER-{uuid.uuid4().hex}"
     ledger = open_conversations(settings)
@@ -302,7 +297,7 @@ def test_postgres_files_and_dump_hold_no_marker_and_no_destroyed_key(
         ]
         needles = _needles(marker, secrets)
         _checkpoint(postgres_conninfo)
-        schema_files = _schema_files(postgres_conninfo, postgres_schema)
+        schema_files = _schema_files(postgres_conninfo, settings.postgres_schema)
         before = _hits(schema_files, needles)
         assert all(f"wrapped:{t}/form0" in before for t in doomed), before.keys()
         assert "marker" not in before
@@ -312,7 +307,7 @@ def test_postgres_files_and_dump_hold_no_marker_and_no_destroyed_key(
         with psycopg.connect(postgres_conninfo, autocommit=True) as connection:
             connection.execute(
                 sql.SQL("ANALYZE {}").format(
-                    sql.Identifier(postgres_schema, "turn_keys")
+                    sql.Identifier(settings.postgres_schema, "turn_keys")
                 )
             )
 
@@ -320,7 +315,7 @@ def test_postgres_files_and_dump_hold_no_marker_and_no_destroyed_key(
         _check_survivors_and_replay(ledger, conversation_id, doomed, kept)
 
         _checkpoint(postgres_conninfo)
-        schema_files = _schema_files(postgres_conninfo, postgres_schema)
+        schema_files = _schema_files(postgres_conninfo, settings.postgres_schema)
         # Positive control: the surviving turns' keys are still found on disk.
         assert _hits(schema_files, {"kept": survivor_key}) == {"kept": ANY}
         assert _hits(schema_files, needles) == {}

@@ -16,21 +16,15 @@ import pytest
 
 from infra.persistence import open_conversations
 from infra.settings import Settings
-from infra.vault import new_master_key
 from tests.integration.test_purge_bytes import _checkpoint, _hits, _schema_files
 
 pytestmark = pytest.mark.postgres
 
 
 def test_compaction_waits_for_older_snapshots(
-    postgres_conninfo: str, postgres_schema: str
+    postgres_conninfo: str, postgres_settings: Settings
 ) -> None:
-    settings = Settings(
-        _env_file=None,
-        persistence="postgres",
-        postgres_schema=postgres_schema,
-        master_key=new_master_key(),
-    )
+    settings = postgres_settings
     ledger = open_conversations(settings)
     view: Any = ledger.vault.purge_view
     view.horizon_wait_seconds = 0.3
@@ -50,13 +44,13 @@ def test_compaction_waits_for_older_snapshots(
             assert receipt.purge.compaction_pending
             assert view.needs_compaction(ledger.name)
             _checkpoint(postgres_conninfo)
-            files = _schema_files(postgres_conninfo, postgres_schema)
+            files = _schema_files(postgres_conninfo, settings.postgres_schema)
             assert _hits(files, {"destroyed": wrapped}) != {}  # still on disk
             blocker.rollback()
         report = ledger.purge_deleted_history()
         assert report.compacted and not report.compaction_pending
         _checkpoint(postgres_conninfo)
-        files = _schema_files(postgres_conninfo, postgres_schema)
+        files = _schema_files(postgres_conninfo, settings.postgres_schema)
         assert _hits(files, {"destroyed": wrapped}) == {}
         assert ledger.get_history("alice", conversation_id).items[1].question == "q"
     finally:
