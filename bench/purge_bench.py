@@ -27,11 +27,11 @@ from psycopg import sql
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from domain.conversation import TurnSizes  # noqa: E402
-from infra.keystore import MemoryKeyStore  # noqa: E402
-from infra.persistence import master_key, open_conversations  # noqa: E402
-from infra.settings import Settings  # noqa: E402
-from infra.vault import KeyVault, new_master_key  # noqa: E402
+from turnledger.domain.conversation import TurnSizes  # noqa: E402
+from turnledger.infra.keystore import MemoryKeyStore  # noqa: E402
+from turnledger.infra.persistence import master_key, open_conversations  # noqa: E402
+from turnledger.infra.settings import Settings  # noqa: E402
+from turnledger.infra.vault import KeyVault, new_master_key  # noqa: E402
 
 OWNER = "bench-owner"
 SAVE_BATCH = 500

@@ -38,8 +38,8 @@ from psycopg import sql
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from infra.devices import open_device_registry  # noqa: E402
-from infra.settings import Settings  # noqa: E402
+from turnledger.infra.devices import open_device_registry  # noqa: E402
+from turnledger.infra.settings import Settings  # noqa: E402
 
 DEVICES = 8
 
@@ -72,7 +72,7 @@ def start_server(
         [
             sys.executable,
             "-m",
-            "infra.cli",
+            "turnledger.infra.cli",
             "serve",
             "--port",
             str(port),

@@ -14,8 +14,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from infra.tokenizers import token_counter  # noqa: E402
-from projections.tokens import CHAR_ESTIMATE  # noqa: E402
+from turnledger.infra.tokenizers import token_counter  # noqa: E402
+from turnledger.projections.tokens import CHAR_ESTIMATE  # noqa: E402
 
 SAMPLES = {
     "English prose": (

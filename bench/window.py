@@ -32,16 +32,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import psycopg  # noqa: E402
 from psycopg import sql  # noqa: E402
 
-from domain.application import Conversations  # noqa: E402
-from domain.conversation import Conversation, TurnSizes  # noqa: E402
-from domain.text import TextMetrics  # noqa: E402
-from infra.persistence import open_conversations  # noqa: E402
-from infra.postgres import PostgresKeyStore  # noqa: E402
-from infra.settings import Settings  # noqa: E402
-from infra.vault import new_master_key  # noqa: E402
-from projections.formats import RequestParts, render_body  # noqa: E402
-from projections.policy import WindowPolicy  # noqa: E402
-from projections.tokens import CHAR_ESTIMATE, trim_text  # noqa: E402
+from turnledger.domain.application import Conversations  # noqa: E402
+from turnledger.domain.conversation import Conversation, TurnSizes  # noqa: E402
+from turnledger.domain.text import TextMetrics  # noqa: E402
+from turnledger.infra.persistence import open_conversations  # noqa: E402
+from turnledger.infra.postgres import PostgresKeyStore  # noqa: E402
+from turnledger.infra.settings import Settings  # noqa: E402
+from turnledger.infra.vault import new_master_key  # noqa: E402
+from turnledger.projections.formats import RequestParts, render_body  # noqa: E402
+from turnledger.projections.policy import WindowPolicy  # noqa: E402
+from turnledger.projections.tokens import CHAR_ESTIMATE, trim_text  # noqa: E402
 
 OWNER = "bench"
 SYSTEM = "You are a helpful assistant. Answer in the user's language."

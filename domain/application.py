@@ -16,8 +16,13 @@ from eventsourcing.application import (
 from eventsourcing.domain import Snapshot
 from eventsourcing.persistence import IntegrityError, JSONTranscoder, Mapper, Recording
 
-from domain.chain import GENESIS, ChainSealingMapper, RecentDigests, read_link
-from domain.conversation import (
+from turnledger.domain.chain import (
+    GENESIS,
+    ChainSealingMapper,
+    RecentDigests,
+    read_link,
+)
+from turnledger.domain.conversation import (
     Conversation,
     FoldEntry,
     TurnEntry,
@@ -25,7 +30,7 @@ from domain.conversation import (
     TurnStatus,
     fold_key_id,
 )
-from domain.errors import (
+from turnledger.domain.errors import (
     ConversationNotFoundError,
     InvalidInputError,
     PurgeIncompleteError,
@@ -35,11 +40,15 @@ from domain.errors import (
     VersionConflictError,
     WindowMismatchError,
 )
-from domain.ports import TextVault
-from domain.purge import PurgeReport, PurgeRunner
-from domain.query_cache import QueryCache
-from domain.receipt import WindowReceipt, parse_receipt_policy, receipt_policy
-from domain.text import (
+from turnledger.domain.ports import TextVault
+from turnledger.domain.purge import PurgeReport, PurgeRunner
+from turnledger.domain.query_cache import QueryCache
+from turnledger.domain.receipt import (
+    WindowReceipt,
+    parse_receipt_policy,
+    receipt_policy,
+)
+from turnledger.domain.text import (
     DEFAULT_MAX_TURN_BYTES,
     TextMetrics,
     check_expected_version,
@@ -47,11 +56,15 @@ from domain.text import (
     check_text,
     check_turn_size,
 )
-from domain.transcodings import BytesAsBase64, FoldEntryAsList, TurnEntryAsList
-from domain.windowing import FoldStatus, fold_status, window_for
-from projections.policy import WindowPolicy
-from projections.tokens import CHAR_ESTIMATE, TokenCounter
-from projections.window import Window, resolve_policy
+from turnledger.domain.transcodings import (
+    BytesAsBase64,
+    FoldEntryAsList,
+    TurnEntryAsList,
+)
+from turnledger.domain.windowing import FoldStatus, fold_status, window_for
+from turnledger.projections.policy import WindowPolicy
+from turnledger.projections.tokens import CHAR_ESTIMATE, TokenCounter
+from turnledger.projections.window import Window, resolve_policy
 
 T = TypeVar("T")
 

@@ -23,16 +23,16 @@ from uuid import UUID
 from eventsourcing.persistence import StoredEvent
 from eventsourcing.utils import get_topic
 
-from domain.application import Conversations
-from domain.chain import ChainFormatError, raw_link
-from domain.conversation import Conversation
-from domain.errors import (
+from turnledger.domain.application import Conversations
+from turnledger.domain.chain import ChainFormatError, raw_link
+from turnledger.domain.conversation import Conversation
+from turnledger.domain.errors import (
     ConversationNotFoundError,
     InvalidInputError,
     TextUnavailableError,
     WindowError,
 )
-from domain.findings import (
+from turnledger.domain.findings import (
     ANCHOR_MISMATCH,
     BROKEN_LINK,
     CHANGED,
@@ -56,8 +56,8 @@ from domain.findings import (
     check_chain,
     vanished_finding,
 )
-from domain.receipt import WindowReceipt
-from projections.tokens import TokenCounter
+from turnledger.domain.receipt import WindowReceipt
+from turnledger.projections.tokens import TokenCounter
 
 __all__ = [
     "ANCHOR_MISMATCH",

@@ -18,7 +18,7 @@ from typing import Any
 
 from eventsourcing.domain import Aggregate, event
 
-from domain.errors import (
+from turnledger.domain.errors import (
     FoldConflictError,
     TurnConflictError,
     TurnDeletedError,
@@ -96,11 +96,24 @@ def fold_key_id(fold_id: str) -> str:
 class Conversation(Aggregate):
     """One user's conversation with an assistant."""
 
+    # Stored rows name their classes by topic. These are the topics the first
+    # release wrote, when the modules were top-level packages; pinned here, they
+    # stay the same wherever the classes live.
+    TOPIC = "domain.conversation:Conversation"
+
+    class Created(Aggregate.Created):
+        # Never recorded (Started is the creation event); the library asks every
+        # event class of an aggregate with a pinned topic to have one too.
+        TOPIC = "domain.conversation:Conversation.Created"
+
     class Started(Aggregate.Created):
+        TOPIC = "domain.conversation:Conversation.Started"
         owner_id: str
 
     class TurnConfirmed(Aggregate.Event):
         """A completed exchange; its texts are sealed with the turn's key."""
+
+        TOPIC = "domain.conversation:Conversation.TurnConfirmed"
 
         turn_id: str
         sealed_question: bytes
@@ -122,6 +135,8 @@ class Conversation(Aggregate):
     class TurnAbandoned(Aggregate.Event):
         """An exchange whose reply failed or was stopped: shown, never sent."""
 
+        TOPIC = "domain.conversation:Conversation.TurnAbandoned"
+
         turn_id: str
         outcome: str
         sealed_question: bytes
@@ -137,6 +152,8 @@ class Conversation(Aggregate):
 
     class HistoryDeleted(Aggregate.Event):
         """The owner deleted these turns; their text must never be read again."""
+
+        TOPIC = "domain.conversation:Conversation.HistoryDeleted"
 
         turn_ids: list[str]
         whole_history: bool
@@ -155,6 +172,8 @@ class Conversation(Aggregate):
         The summary is sealed under its own vault key, destroyed when any turn
         it covers is deleted (its text was derived from theirs).
         """
+
+        TOPIC = "domain.conversation:Conversation.FoldRecorded"
 
         fold_id: str
         covers_through_turn_id: str
@@ -182,6 +201,8 @@ class Conversation(Aggregate):
 
     class FoldWithdrawn(Aggregate.Event):
         """Folds that may no longer be sent or read (covered turns were deleted)."""
+
+        TOPIC = "domain.conversation:Conversation.FoldWithdrawn"
 
         fold_ids: list[str]
         reason: str

@@ -13,9 +13,9 @@ from uuid import UUID
 
 from eventsourcing.utils import get_topic
 
-from domain.application import MAX_HISTORY_PAGE, Conversations
-from domain.conversation import Conversation
-from domain.text import check_identifier
+from turnledger.domain.application import MAX_HISTORY_PAGE, Conversations
+from turnledger.domain.conversation import Conversation
+from turnledger.domain.text import check_identifier
 
 EXPORT_SCHEMA = "turnledger.export/1"
 

@@ -25,9 +25,9 @@ from uuid import UUID
 from eventsourcing.persistence import Notification
 from eventsourcing.utils import get_topic
 
-from domain.application import Conversations
-from domain.conversation import Conversation, TurnStatus
-from domain.errors import InvalidInputError
+from turnledger.domain.application import Conversations
+from turnledger.domain.conversation import Conversation, TurnStatus
+from turnledger.domain.errors import InvalidInputError
 
 MAX_CHANGES_PER_READ = 1000
 _LOG_PAGE = 250

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 from uuid import UUID
 
-from domain.chain import GENESIS
+from turnledger.domain.chain import GENESIS
 
 # Kinds of finding. Every kind is an integrity failure except the last one.
 CHANGED = "changed"  # an event's bytes no longer match its digest

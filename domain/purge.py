@@ -26,8 +26,8 @@ from eventsourcing.persistence import Tracking
 from eventsourcing.projection import Projection
 from eventsourcing.utils import get_topic
 
-from domain.conversation import Conversation, fold_key_id
-from domain.ports import KeyPurgeView
+from turnledger.domain.conversation import Conversation, fold_key_id
+from turnledger.domain.ports import KeyPurgeView
 
 # Notifications read per page while catching up.
 _PAGE = 1000

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 from uuid import UUID
 
-from domain.conversation import Conversation
+from turnledger.domain.conversation import Conversation
 
 
 class QueryCache:

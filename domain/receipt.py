@@ -22,9 +22,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from domain.errors import InvalidInputError
-from projections.policy import WindowPolicy
-from projections.tokens import CHAR_ESTIMATE
+from turnledger.domain.errors import InvalidInputError
+from turnledger.projections.policy import WindowPolicy
+from turnledger.projections.tokens import CHAR_ESTIMATE
 
 RECEIPT_FORMAT = 1
 """Version of the receipt document; readers accept this one and older."""

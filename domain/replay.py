@@ -14,9 +14,9 @@ from uuid import UUID
 
 from eventsourcing.application import Repository
 
-from domain.application import Conversations, HistoryPage
-from domain.conversation import Conversation
-from domain.errors import InvalidInputError
+from turnledger.domain.application import Conversations, HistoryPage
+from turnledger.domain.conversation import Conversation
+from turnledger.domain.errors import InvalidInputError
 
 
 def history_at(

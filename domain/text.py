@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from domain.errors import InvalidInputError, TurnTooLargeError
+from turnledger.domain.errors import InvalidInputError, TurnTooLargeError
 
 # Client-chosen identifiers: wide enough for UUIDs, ULIDs and "device:42" styles,
 # narrow enough that they are safe in logs, URLs and SQL identifiers' neighbours.

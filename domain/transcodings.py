@@ -7,7 +7,7 @@ from typing import Any
 
 from eventsourcing.persistence import Transcoding
 
-from domain.conversation import FoldEntry, TurnEntry, TurnStatus
+from turnledger.domain.conversation import FoldEntry, TurnEntry, TurnStatus
 
 
 class BytesAsBase64(Transcoding):

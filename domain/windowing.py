@@ -22,15 +22,15 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from uuid import UUID
 
-from domain.conversation import Conversation, FoldEntry, TurnEntry
-from projections.policy import WindowPolicy
-from projections.tokens import (
+from turnledger.domain.conversation import Conversation, FoldEntry, TurnEntry
+from turnledger.projections.policy import WindowPolicy
+from turnledger.projections.tokens import (
     CharEstimate,
     TokenCounter,
     char_estimate,
     needs_trim_by_chars,
 )
-from projections.window import (
+from turnledger.projections.window import (
     DroppedSpan,
     DroppedTurns,
     MessageSize,

@@ -22,12 +22,12 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from domain.audit import Anchor, Auditor, AuditReport
-from domain.errors import InvalidInputError
-from domain.replay import history_at
-from infra.persistence import open_conversations
-from infra.readmodels import READ_MODELS, rebuild
-from infra.settings import Settings
+from turnledger.domain.audit import Anchor, Auditor, AuditReport
+from turnledger.domain.errors import InvalidInputError
+from turnledger.domain.replay import history_at
+from turnledger.infra.persistence import open_conversations
+from turnledger.infra.readmodels import READ_MODELS, rebuild
+from turnledger.infra.settings import Settings
 
 
 def register(subparsers: Any) -> None:

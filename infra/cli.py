@@ -8,8 +8,16 @@ from collections.abc import Sequence
 
 from pydantic import ValidationError
 
-from domain.errors import TurnLedgerError
-from infra import audit_cli, demo, device_cli, export, purge, serve, window_cli
+from turnledger.domain.errors import TurnLedgerError
+from turnledger.infra import (
+    audit_cli,
+    demo,
+    device_cli,
+    export,
+    purge,
+    serve,
+    window_cli,
+)
 
 # Each command module exposes register(subparsers); its parser sets `handler`.
 COMMAND_MODULES = [demo, window_cli, export, purge, device_cli, serve, audit_cli]

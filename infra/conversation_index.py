@@ -17,12 +17,16 @@ import psycopg
 from eventsourcing.persistence import Notification
 from psycopg import sql
 
-from domain.application import Conversations
-from domain.audit import STARTED_TOPIC
-from domain.chain import ChainFormatError, read_link
-from infra.readmodels import ReadModelStore, Tracking, conversation_id_of
-from infra.settings import Settings
-from projections.conversation_index import IndexChange, LoggedEvent, fold_page
+from turnledger.domain.application import Conversations
+from turnledger.domain.audit import STARTED_TOPIC
+from turnledger.domain.chain import ChainFormatError, read_link
+from turnledger.infra.readmodels import ReadModelStore, Tracking, conversation_id_of
+from turnledger.infra.settings import Settings
+from turnledger.projections.conversation_index import (
+    IndexChange,
+    LoggedEvent,
+    fold_page,
+)
 
 NAME = "conversation_index"
 
@@ -364,7 +368,7 @@ def open_conversation_index(settings: Settings) -> ReadModelStore:
             settings.data_dir.mkdir(parents=True, exist_ok=True)
             return SQLiteConversationIndex(settings.data_dir / "readmodels.sqlite3")
         case "postgres":
-            from infra.postgres import ensure_schema
+            from turnledger.infra.postgres import ensure_schema
 
             ensure_schema(settings.postgres_conninfo(), settings.postgres_schema)
             return PostgresConversationIndex(

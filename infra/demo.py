@@ -16,10 +16,10 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from domain.application import Conversations, ProjectedWindow
-from domain.errors import MandatoryInputTooLargeError
-from infra.persistence import open_conversations
-from infra.settings import Settings
+from turnledger.domain.application import Conversations, ProjectedWindow
+from turnledger.domain.errors import MandatoryInputTooLargeError
+from turnledger.infra.persistence import open_conversations
+from turnledger.infra.settings import Settings
 
 OWNER = "demo-user"
 MODEL = "demo-model"

@@ -8,8 +8,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from infra.devices import open_device_registry
-from infra.settings import Settings
+from turnledger.infra.devices import open_device_registry
+from turnledger.infra.settings import Settings
 
 
 def register(subparsers: Any) -> None:

@@ -24,10 +24,14 @@ from uuid import uuid4
 from psycopg import sql
 from psycopg_pool import ConnectionPool
 
-from domain.errors import DeviceNotFoundError, InvalidInputError, UnauthenticatedError
-from domain.text import check_identifier, check_text
-from infra.postgres import ensure_schema
-from infra.settings import Settings
+from turnledger.domain.errors import (
+    DeviceNotFoundError,
+    InvalidInputError,
+    UnauthenticatedError,
+)
+from turnledger.domain.text import check_identifier, check_text
+from turnledger.infra.postgres import ensure_schema
+from turnledger.infra.settings import Settings
 
 TOKEN_PREFIX = "tl1_"
 MAX_DEVICE_NAME_CHARS = 100

@@ -12,9 +12,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from domain.export import export_records
-from infra.persistence import open_conversations
-from infra.settings import Settings
+from turnledger.domain.export import export_records
+from turnledger.infra.persistence import open_conversations
+from turnledger.infra.settings import Settings
 
 
 def register(subparsers: Any) -> None:

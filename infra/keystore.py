@@ -14,8 +14,8 @@ from uuid import UUID
 
 from eventsourcing.persistence import Tracking
 
-from domain.errors import TurnDeletedError
-from domain.ports import KeyPurgeView
+from turnledger.domain.errors import TurnDeletedError
+from turnledger.domain.ports import KeyPurgeView
 
 
 class KeyStore(KeyPurgeView):

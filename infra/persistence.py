@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from domain.application import Conversations
-from infra.keystore import KeyStore, MemoryKeyStore
-from infra.postgres import PostgresKeyStore, ensure_schema
-from infra.settings import Settings
-from infra.sqlite import SQLiteKeyStore
-from infra.vault import (
+from turnledger.domain.application import Conversations
+from turnledger.infra.keystore import KeyStore, MemoryKeyStore
+from turnledger.infra.postgres import PostgresKeyStore, ensure_schema
+from turnledger.infra.settings import Settings
+from turnledger.infra.sqlite import SQLiteKeyStore
+from turnledger.infra.vault import (
     KeyVault,
     decode_master_key,
     load_or_create_key_file,

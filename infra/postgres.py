@@ -12,8 +12,8 @@ from eventsourcing.persistence import Tracking
 from psycopg import sql
 from psycopg_pool import ConnectionPool
 
-from domain.errors import TurnDeletedError
-from infra.keystore import KeyStore
+from turnledger.domain.errors import TurnDeletedError
+from turnledger.infra.keystore import KeyStore
 
 # The key table is hash-partitioned by conversation so that compaction (VACUUM
 # FULL, which locks the table it rewrites) rewrites and locks only the small

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from infra.persistence import open_conversations
-from infra.settings import Settings
+from turnledger.infra.persistence import open_conversations
+from turnledger.infra.settings import Settings
 
 
 def register(subparsers: Any) -> None:

@@ -18,8 +18,8 @@ from uuid import UUID
 
 from eventsourcing.persistence import Notification
 
-from domain.application import Conversations
-from infra.settings import Settings
+from turnledger.domain.application import Conversations
+from turnledger.infra.settings import Settings
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +60,7 @@ ReadModelFactory = Callable[[Settings], ReadModelStore]
 
 
 def _conversation_index(settings: Settings) -> ReadModelStore:
-    from infra.conversation_index import open_conversation_index
+    from turnledger.infra.conversation_index import open_conversation_index
 
     return open_conversation_index(settings)
 

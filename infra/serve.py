@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from domain.errors import InvalidInputError
-from infra.settings import Settings
+from turnledger.domain.errors import InvalidInputError
+from turnledger.infra.settings import Settings
 
 
 def register(subparsers: Any) -> None:
@@ -39,7 +39,7 @@ def run(arguments: argparse.Namespace) -> int:
             "--workers", "the memory store lives in one process: use 1, or SQLite"
         )
     uvicorn.run(
-        "infra.http.app:app_from_environment",
+        "turnledger.infra.http.app:app_from_environment",
         factory=True,
         host=arguments.host or settings.http_host,
         port=arguments.port or settings.http_port,

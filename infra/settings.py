@@ -16,10 +16,14 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from domain.application import DEFAULT_SNAPSHOT_INTERVAL
-from domain.text import DEFAULT_MAX_TURN_BYTES
-from projections.formats import WireFormatName
-from projections.policy import DEFAULT_MAX_BYTES, WindowPolicy, check_fold_gap
+from turnledger.domain.application import DEFAULT_SNAPSHOT_INTERVAL
+from turnledger.domain.text import DEFAULT_MAX_TURN_BYTES
+from turnledger.projections.formats import WireFormatName
+from turnledger.projections.policy import (
+    DEFAULT_MAX_BYTES,
+    WindowPolicy,
+    check_fold_gap,
+)
 
 
 def _default_data_dir() -> Path:

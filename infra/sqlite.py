@@ -10,8 +10,8 @@ from uuid import UUID
 
 from eventsourcing.persistence import Tracking
 
-from domain.errors import TurnDeletedError
-from infra.keystore import KeyStore
+from turnledger.domain.errors import TurnDeletedError
+from turnledger.infra.keystore import KeyStore
 
 _SCHEMA = [
     """

@@ -19,7 +19,7 @@ from typing import Literal, get_args
 
 import tiktoken
 
-from projections.tokens import CHAR_ESTIMATE, TokenCounter
+from turnledger.projections.tokens import CHAR_ESTIMATE, TokenCounter
 
 EncodingName = Literal["o200k_base", "cl100k_base"]
 TokenizerName = Literal["char4", "o200k_base", "cl100k_base"]

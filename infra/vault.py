@@ -20,7 +20,7 @@ from uuid import UUID
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from infra.keystore import KeyStore
+from turnledger.infra.keystore import KeyStore
 
 _FORMAT = b"\x01"  # leading byte of every sealed text: the sealing scheme's version
 _NONCE_BYTES = 12

@@ -11,12 +11,12 @@ from uuid import UUID
 from rich.console import Console
 from rich.table import Table
 
-from domain.errors import InvalidInputError
-from infra.persistence import open_conversations
-from infra.settings import Settings
-from infra.tokenizers import TOKENIZERS, token_counter
-from projections.formats import WIRE_FORMATS
-from projections.window import Window
+from turnledger.domain.errors import InvalidInputError
+from turnledger.infra.persistence import open_conversations
+from turnledger.infra.settings import Settings
+from turnledger.infra.tokenizers import TOKENIZERS, token_counter
+from turnledger.projections.formats import WIRE_FORMATS
+from turnledger.projections.window import Window
 
 # Dropped turns listed in the table; JSON output lists them all.
 _TABLE_DROPPED_ROWS = 20

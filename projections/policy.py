@@ -18,7 +18,7 @@ from pydantic import (
     model_validator,
 )
 
-from projections.formats import WireFormatName
+from turnledger.projections.formats import WireFormatName
 
 DEFAULT_MAX_BYTES = 1_048_576
 

@@ -30,17 +30,22 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from domain.errors import MandatoryInputTooLargeError
-from domain.text import json_string_size
-from projections.formats import (
+from turnledger.domain.errors import MandatoryInputTooLargeError
+from turnledger.domain.text import json_string_size
+from turnledger.projections.formats import (
     RequestParts,
     encode_json,
     label_fold,
     pair_bytes,
     render_body,
 )
-from projections.policy import WindowPolicy
-from projections.tokens import CHAR_ESTIMATE, TokenCounter, Trimmed, trim_text
+from turnledger.projections.policy import WindowPolicy
+from turnledger.projections.tokens import (
+    CHAR_ESTIMATE,
+    TokenCounter,
+    Trimmed,
+    trim_text,
+)
 
 __all__ = [
     "DropReason",

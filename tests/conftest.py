@@ -17,10 +17,10 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from domain.application import Conversations
-from infra.persistence import open_conversations
-from infra.settings import Settings
-from infra.vault import new_master_key
+from turnledger.domain.application import Conversations
+from turnledger.infra.persistence import open_conversations
+from turnledger.infra.settings import Settings
+from turnledger.infra.vault import new_master_key
 
 STORES = ["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 DURABLE_STORES = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]

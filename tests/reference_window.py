@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from domain.errors import MandatoryInputTooLargeError
-from projections.formats import RequestParts, label_fold, render_body
-from projections.policy import WindowPolicy
-from projections.tokens import TokenCounter, trim_text
-from projections.window import WindowFold, WindowTurn
+from turnledger.domain.errors import MandatoryInputTooLargeError
+from turnledger.projections.formats import RequestParts, label_fold, render_body
+from turnledger.projections.policy import WindowPolicy
+from turnledger.projections.tokens import TokenCounter, trim_text
+from turnledger.projections.window import WindowFold, WindowTurn
 
 
 def naive_window(

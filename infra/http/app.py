@@ -9,22 +9,22 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from pydantic import BaseModel
 
-from domain.application import Conversations
-from infra.devices import DeviceRegistry, open_device_registry
-from infra.http import (
+from turnledger.domain.application import Conversations
+from turnledger.infra.devices import DeviceRegistry, open_device_registry
+from turnledger.infra.http import (
     conversation_routes,
     device_routes,
     export_routes,
     fold_routes,
     sync_routes,
 )
-from infra.http.cursor import CursorCodec
-from infra.http.errors import install_error_handlers
-from infra.http.limits import BodySizeLimit
-from infra.http.notifier import HeadPoller, PostgresListener
-from infra.http.service import Service
-from infra.persistence import master_key, open_conversations
-from infra.settings import Settings
+from turnledger.infra.http.cursor import CursorCodec
+from turnledger.infra.http.errors import install_error_handlers
+from turnledger.infra.http.limits import BodySizeLimit
+from turnledger.infra.http.notifier import HeadPoller, PostgresListener
+from turnledger.infra.http.service import Service
+from turnledger.infra.persistence import master_key, open_conversations
+from turnledger.infra.settings import Settings
 
 API_VERSION = "1"
 

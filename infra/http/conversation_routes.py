@@ -13,11 +13,11 @@ from uuid import UUID, uuid5
 
 from fastapi import APIRouter, Depends, Path, Query, status
 
-from domain.application import MAX_HISTORY_PAGE, TurnReceipt
-from domain.conversation import TurnStatus
-from infra.devices import Device
-from infra.http.errors import ERROR_RESPONSES
-from infra.http.schemas import (
+from turnledger.domain.application import MAX_HISTORY_PAGE, TurnReceipt
+from turnledger.domain.conversation import TurnStatus
+from turnledger.infra.devices import Device
+from turnledger.infra.http.errors import ERROR_RESPONSES
+from turnledger.infra.http.schemas import (
     ConversationCreatedOut,
     ConversationIn,
     ConversationListOut,
@@ -32,7 +32,7 @@ from infra.http.schemas import (
     WindowIn,
     WindowOut,
 )
-from infra.http.service import Service, current_device, get_service
+from turnledger.infra.http.service import Service, current_device, get_service
 
 router = APIRouter(
     prefix="/v1/conversations", tags=["conversations"], responses=ERROR_RESPONSES

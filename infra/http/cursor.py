@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from domain.errors import InvalidInputError
+from turnledger.domain.errors import InvalidInputError
 
 _VERSION = "c1"
 _NONCE_BYTES = 12

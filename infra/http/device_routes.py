@@ -6,10 +6,15 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, status
 
-from infra.devices import Device
-from infra.http.errors import ERROR_RESPONSES
-from infra.http.schemas import DeviceIn, DeviceIssuedOut, DeviceListOut, DeviceOut
-from infra.http.service import Service, current_device, get_service
+from turnledger.infra.devices import Device
+from turnledger.infra.http.errors import ERROR_RESPONSES
+from turnledger.infra.http.schemas import (
+    DeviceIn,
+    DeviceIssuedOut,
+    DeviceListOut,
+    DeviceOut,
+)
+from turnledger.infra.http.service import Service, current_device, get_service
 
 router = APIRouter(prefix="/v1/devices", tags=["devices"], responses=ERROR_RESPONSES)
 

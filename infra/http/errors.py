@@ -17,7 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from domain.errors import (
+from turnledger.domain.errors import (
     ConversationNotFoundError,
     DeviceNotFoundError,
     FoldConflictError,
@@ -33,8 +33,8 @@ from domain.errors import (
     VersionConflictError,
     WindowError,
 )
-from infra.http.schemas import ErrorResponse
-from infra.tokenizers import TokenizerUnavailableError
+from turnledger.infra.http.schemas import ErrorResponse
+from turnledger.infra.tokenizers import TokenizerUnavailableError
 
 logger = logging.getLogger(__name__)
 

@@ -16,10 +16,10 @@ from typing import Annotated
 from fastapi import APIRouter, Depends
 from fastapi.responses import StreamingResponse
 
-from domain.export import export_records
-from infra.devices import Device
-from infra.http.errors import ERROR_RESPONSES
-from infra.http.service import Service, current_device, get_service
+from turnledger.domain.export import export_records
+from turnledger.infra.devices import Device
+from turnledger.infra.http.errors import ERROR_RESPONSES
+from turnledger.infra.http.service import Service, current_device, get_service
 
 router = APIRouter(prefix="/v1", tags=["export"], responses=ERROR_RESPONSES)
 

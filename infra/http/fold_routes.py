@@ -9,10 +9,10 @@ from uuid import UUID
 from fastapi import APIRouter, Depends, Path, Query, status
 from pydantic import BaseModel, Field
 
-from infra.devices import Device
-from infra.http.errors import ERROR_RESPONSES
-from infra.http.schemas import Identifier, RequestModel
-from infra.http.service import Service, current_device, get_service
+from turnledger.infra.devices import Device
+from turnledger.infra.http.errors import ERROR_RESPONSES
+from turnledger.infra.http.schemas import Identifier, RequestModel
+from turnledger.infra.http.service import Service, current_device, get_service
 
 router = APIRouter(
     prefix="/v1/conversations", tags=["folds"], responses=ERROR_RESPONSES

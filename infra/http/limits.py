@@ -6,7 +6,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from infra.http.errors import error_response
+from turnledger.infra.http.errors import error_response
 
 
 class BodySizeLimit:

@@ -13,10 +13,10 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from domain.application import MAX_HISTORY_PAGE
-from domain.feed import MAX_CHANGES_PER_READ
-from infra.tokenizers import TokenizerName
-from projections.policy import WindowPolicy
+from turnledger.domain.application import MAX_HISTORY_PAGE
+from turnledger.domain.feed import MAX_CHANGES_PER_READ
+from turnledger.infra.tokenizers import TokenizerName
+from turnledger.projections.policy import WindowPolicy
 
 Identifier = Annotated[
     str,

@@ -10,14 +10,14 @@ from uuid import UUID
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from domain.application import Conversations
-from domain.feed import ConversationFeed
-from infra.devices import Device, DeviceRegistry
-from infra.http.cursor import CursorCodec
-from infra.http.notifier import ChangeSignal
-from infra.settings import Settings
-from infra.tokenizers import token_counter
-from projections.tokens import TokenCounter
+from turnledger.domain.application import Conversations
+from turnledger.domain.feed import ConversationFeed
+from turnledger.infra.devices import Device, DeviceRegistry
+from turnledger.infra.http.cursor import CursorCodec
+from turnledger.infra.http.notifier import ChangeSignal
+from turnledger.infra.settings import Settings
+from turnledger.infra.tokenizers import token_counter
+from turnledger.projections.tokens import TokenCounter
 
 
 class ConversationLocks:

@@ -15,16 +15,16 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query
 from starlette.concurrency import run_in_threadpool
 
-from domain.feed import (
+from turnledger.domain.feed import (
     Change,
     ConversationStartedChange,
     HistoryDeletedChange,
     OtherChange,
     TurnRecordedChange,
 )
-from infra.devices import Device
-from infra.http.errors import ERROR_RESPONSES
-from infra.http.schemas import (
+from turnledger.infra.devices import Device
+from turnledger.infra.http.errors import ERROR_RESPONSES
+from turnledger.infra.http.schemas import (
     SYNC_LIMIT_MAX,
     ConversationStartedOut,
     HistoryDeletedOut,
@@ -32,7 +32,7 @@ from infra.http.schemas import (
     SyncOut,
     TurnRecordedOut,
 )
-from infra.http.service import Service, current_device, get_service
+from turnledger.infra.http.service import Service, current_device, get_service
 
 router = APIRouter(prefix="/v1", tags=["sync"], responses=ERROR_RESPONSES)
 

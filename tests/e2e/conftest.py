@@ -15,8 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from infra.devices import open_device_registry
-from infra.settings import Settings
+from turnledger.infra.devices import open_device_registry
+from turnledger.infra.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -65,7 +65,7 @@ def start_server(settings: Settings, log: Path) -> Server:
         [
             sys.executable,
             "-m",
-            "infra.cli",
+            "turnledger.infra.cli",
             "serve",
             "--host",
             "127.0.0.1",

@@ -6,10 +6,10 @@ import threading
 import time
 from pathlib import Path
 
-from infra.devices import open_device_registry
-from infra.settings import Settings
 from tests.e2e.conftest import client, start_server, stop_server
 from tests.e2e.replica import Replica, pull
+from turnledger.infra.devices import open_device_registry
+from turnledger.infra.settings import Settings
 
 
 def test_devices_sync_and_long_poll_on_sqlite(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from uuid import UUID
 import psycopg
 from psycopg import sql
 
-from infra.settings import Settings
+from turnledger.infra.settings import Settings
 
 
 class RawEvents:

@@ -13,8 +13,9 @@ from uuid import UUID
 
 import pytest
 
-from domain.application import Conversations, ProjectedWindow
-from domain.audit import (
+from tests.integration.tamper import RawEvents
+from turnledger.domain.application import Conversations, ProjectedWindow
+from turnledger.domain.audit import (
     ANCHOR_MISMATCH,
     BROKEN_LINK,
     CHANGED,
@@ -29,10 +30,9 @@ from domain.audit import (
     Auditor,
     AuditReport,
 )
-from domain.chain import GENESIS, read_link, seal_state
-from domain.receipt import WindowReceipt
-from infra.settings import Settings
-from tests.integration.tamper import RawEvents
+from turnledger.domain.chain import GENESIS, read_link, seal_state
+from turnledger.domain.receipt import WindowReceipt
+from turnledger.infra.settings import Settings
 
 SQL_STORES = pytest.mark.parametrize(
     "settings",
@@ -237,10 +237,10 @@ def test_receipt_is_rederived_byte_exactly_in_a_fresh_process(
 _REDERIVE = """
 import base64, json, sys
 from uuid import UUID
-from domain.audit import Auditor
-from domain.receipt import WindowReceipt
-from infra.persistence import open_conversations
-from infra.settings import Settings
+from turnledger.domain.audit import Auditor
+from turnledger.domain.receipt import WindowReceipt
+from turnledger.infra.persistence import open_conversations
+from turnledger.infra.settings import Settings
 
 ledger = open_conversations(Settings())
 conversation_id = UUID(sys.argv[1])
@@ -339,8 +339,8 @@ def test_a_receipt_that_does_not_match_its_window_is_a_failure(
 
 
 def _sizes(question: str, answer: str) -> object:
-    from domain.conversation import TurnSizes
-    from domain.text import TextMetrics
+    from turnledger.domain.conversation import TurnSizes
+    from turnledger.domain.text import TextMetrics
 
     q, a = TextMetrics.of(question), TextMetrics.of(answer)
     return TurnSizes(q.json_bytes, a.json_bytes, q.chars, a.chars)
@@ -358,7 +358,7 @@ def test_auditing_an_unknown_conversation_is_a_typed_error(
 ) -> None:
     from uuid import uuid4
 
-    from domain.errors import ConversationNotFoundError
+    from turnledger.domain.errors import ConversationNotFoundError
 
     with pytest.raises(ConversationNotFoundError):
         Auditor(ledger).audit(uuid4())
@@ -437,7 +437,7 @@ def test_removing_a_deletion_event_is_caught_by_the_missing_keys(
 
 
 def test_the_chain_holds_across_snapshots_and_reopening(tmp_path: Path) -> None:
-    from infra.persistence import open_conversations
+    from turnledger.infra.persistence import open_conversations
 
     settings = Settings(
         _env_file=None, persistence="sqlite", data_dir=tmp_path, snapshot_interval=3
@@ -505,8 +505,8 @@ def test_an_altered_snapshot_is_detected(
     import psycopg
     from psycopg import sql
 
-    from infra.persistence import open_conversations
-    from infra.vault import new_master_key
+    from turnledger.infra.persistence import open_conversations
+    from turnledger.infra.vault import new_master_key
 
     if store == "sqlite":
         settings = Settings(

@@ -9,13 +9,13 @@ from uuid import UUID
 
 import pytest
 
-from domain.application import Conversations
-from infra.cli import main
-from infra.persistence import open_conversations
-from infra.readmodels import READ_MODELS
-from infra.settings import Settings
 from tests.integration.tamper import RawEvents
 from tests.integration.test_audit import _environment, run_turns
+from turnledger.domain.application import Conversations
+from turnledger.infra.cli import main
+from turnledger.infra.persistence import open_conversations
+from turnledger.infra.readmodels import READ_MODELS
+from turnledger.infra.settings import Settings
 
 SQL_STORES = pytest.mark.parametrize(
     "settings",

@@ -5,9 +5,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from domain.audit import Auditor
-from infra.persistence import open_conversations
-from infra.settings import Settings
+from turnledger.domain.audit import Auditor
+from turnledger.infra.persistence import open_conversations
+from turnledger.infra.settings import Settings
 
 OWNER = "alice"
 

@@ -12,7 +12,7 @@ def run_demo(home: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TURNLEDGER_")}
     env.update(XDG_DATA_HOME=str(home), COLUMNS="120")
     return subprocess.run(
-        [sys.executable, "-m", "infra.cli", "demo"],
+        [sys.executable, "-m", "turnledger.infra.cli", "demo"],
         capture_output=True,
         text=True,
         env=env,

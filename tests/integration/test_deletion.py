@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from domain.application import Conversations
-from domain.errors import PurgeIncompleteError, TurnDeletedError
+from turnledger.domain.application import Conversations
+from turnledger.domain.errors import PurgeIncompleteError, TurnDeletedError
 
 OWNER = "owner-1"
 

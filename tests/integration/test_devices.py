@@ -12,9 +12,13 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from domain.errors import DeviceNotFoundError, InvalidInputError, UnauthenticatedError
-from infra.devices import DeviceRegistry, open_device_registry, token_digest
-from infra.settings import Settings
+from turnledger.domain.errors import (
+    DeviceNotFoundError,
+    InvalidInputError,
+    UnauthenticatedError,
+)
+from turnledger.infra.devices import DeviceRegistry, open_device_registry, token_digest
+from turnledger.infra.settings import Settings
 
 
 @pytest.fixture
@@ -132,7 +136,7 @@ def test_the_device_commands_add_list_and_revoke(tmp_path: Path) -> None:
 
     def turnledger(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "infra.cli", "device", *args],
+            [sys.executable, "-m", "turnledger.infra.cli", "device", *args],
             capture_output=True,
             text=True,
             env=env,

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from domain.application import Conversations
-from domain.errors import InvalidInputError
-from domain.export import EXPORT_SCHEMA, export_records
-from infra.cli import main
-from infra.persistence import open_conversations
-from infra.settings import Settings
+from turnledger.domain.application import Conversations
+from turnledger.domain.errors import InvalidInputError
+from turnledger.domain.export import EXPORT_SCHEMA, export_records
+from turnledger.infra.cli import main
+from turnledger.infra.persistence import open_conversations
+from turnledger.infra.settings import Settings
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 

@@ -9,17 +9,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from domain.application import Conversations
-from domain.errors import ConversationNotFoundError, InvalidInputError
-from domain.feed import (
+import turnledger.domain.feed
+from turnledger.domain.application import Conversations
+from turnledger.domain.errors import ConversationNotFoundError, InvalidInputError
+from turnledger.domain.feed import (
     ConversationFeed,
     ConversationStartedChange,
     HistoryDeletedChange,
     OtherChange,
     TurnRecordedChange,
 )
-from infra.persistence import open_conversations
-from infra.settings import Settings
+from turnledger.infra.persistence import open_conversations
+from turnledger.infra.settings import Settings
 
 SECRET = "the launch code is TANGERINE-42"
 
@@ -207,7 +208,6 @@ def test_a_chosen_conversation_id_makes_starting_idempotent_for_its_owner_only(
 def test_a_read_stops_at_its_byte_budget_and_the_next_read_resumes(
     ledger: Conversations, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import domain.feed
 
     feed = ConversationFeed(ledger)
     conversation = ledger.start_conversation("alice")
@@ -217,12 +217,12 @@ def test_a_read_stops_at_its_byte_budget_and_the_next_read_resumes(
         )
     whole, _ = read_all(feed, "alice")
     # Room for about two of these turns per read; a single larger one still fits.
-    monkeypatch.setattr(domain.feed, "_MAX_STORED_BYTES_PER_READ", 9_000)
+    monkeypatch.setattr(turnledger.domain.feed, "_MAX_STORED_BYTES_PER_READ", 9_000)
     first = feed.changes_since("alice", 0)
     assert 1 <= len(first.changes) < len(whole) and not first.caught_up
     paged, _ = read_all(feed, "alice")
     assert paged == whole
-    monkeypatch.setattr(domain.feed, "_MAX_STORED_BYTES_PER_READ", 1)
+    monkeypatch.setattr(turnledger.domain.feed, "_MAX_STORED_BYTES_PER_READ", 1)
     one_by_one, _ = read_all(feed, "alice")
     assert one_by_one == whole
 

@@ -14,8 +14,8 @@ from uuid import UUID, uuid4
 import pytest
 from fastapi.testclient import TestClient
 
-from infra.http.app import create_app
-from infra.settings import Settings
+from turnledger.infra.http.app import create_app
+from turnledger.infra.settings import Settings
 
 LIMIT = 16_384
 

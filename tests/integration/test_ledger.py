@@ -10,9 +10,10 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from domain.application import Conversations
-from domain.conversation import TurnStatus
-from domain.errors import (
+from tests.conftest import durable_stores
+from turnledger.domain.application import Conversations
+from turnledger.domain.conversation import TurnStatus
+from turnledger.domain.errors import (
     ConversationNotFoundError,
     InvalidInputError,
     MandatoryInputTooLargeError,
@@ -22,8 +23,7 @@ from domain.errors import (
     TurnTooLargeError,
     VersionConflictError,
 )
-from infra.settings import Settings
-from tests.conftest import durable_stores
+from turnledger.infra.settings import Settings
 
 OWNER = "alice"
 MIXED = 'Chinese 中文, quotes "q", a newline\n, a backslash \\ and an emoji 🧪'

@@ -21,10 +21,10 @@ from schemathesis.checks import (
     status_code_conformance,
 )
 
-from infra.devices import open_device_registry
-from infra.http.app import create_app
-from infra.persistence import open_conversations
-from infra.settings import Settings
+from turnledger.infra.devices import open_device_registry
+from turnledger.infra.http.app import create_app
+from turnledger.infra.persistence import open_conversations
+from turnledger.infra.settings import Settings
 
 # schemathesis builds its tests from the schema when this module is collected,
 # so the service exists from then on; the fixture below removes its files.

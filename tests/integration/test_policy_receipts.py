@@ -6,12 +6,12 @@ from uuid import UUID
 
 import pytest
 
-from domain.application import Conversations
-from domain.audit import NOT_REDERIVABLE, RECEIPT_INVALID, Auditor
-from domain.errors import InvalidInputError
-from domain.receipt import WindowReceipt, parse_receipt_policy
-from projections.policy import WindowPolicy
-from projections.tokens import CHAR_ESTIMATE, CharEstimate
+from turnledger.domain.application import Conversations
+from turnledger.domain.audit import NOT_REDERIVABLE, RECEIPT_INVALID, Auditor
+from turnledger.domain.errors import InvalidInputError
+from turnledger.domain.receipt import WindowReceipt, parse_receipt_policy
+from turnledger.projections.policy import WindowPolicy
+from turnledger.projections.tokens import CHAR_ESTIMATE, CharEstimate
 
 OWNER = "alice"
 SYSTEM = "Answer briefly."

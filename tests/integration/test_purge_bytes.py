@@ -27,11 +27,11 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from domain.application import Conversations
-from domain.conversation import Conversation
-from infra.persistence import open_conversations
-from infra.settings import Settings
-from infra.vault import KeyVault
+from turnledger.domain.application import Conversations
+from turnledger.domain.conversation import Conversation
+from turnledger.infra.persistence import open_conversations
+from turnledger.infra.settings import Settings
+from turnledger.infra.vault import KeyVault
 
 OWNER = "owner-1"
 

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from domain.errors import PurgeIncompleteError
-from infra.cli import main
-from infra.persistence import open_conversations
-from infra.settings import Settings
+from turnledger.domain.errors import PurgeIncompleteError
+from turnledger.infra.cli import main
+from turnledger.infra.persistence import open_conversations
+from turnledger.infra.settings import Settings
 
 
 def test_purge_command_completes_a_pending_deletion(

@@ -21,15 +21,15 @@ from uuid import UUID
 
 import pytest
 
-from domain.application import Conversations
-from infra.persistence import (
+from turnledger.domain.application import Conversations
+from turnledger.infra.persistence import (
     eventsourcing_env,
     key_store,
     master_key,
     open_conversations,
 )
-from infra.settings import Settings
-from infra.vault import KeyVault, new_master_key
+from turnledger.infra.settings import Settings
+from turnledger.infra.vault import KeyVault, new_master_key
 
 CRASH_EXIT = 17
 
@@ -37,8 +37,8 @@ CHILD = textwrap.dedent(
     """
     import json, os, sys
     from uuid import UUID
-    from infra.persistence import open_conversations
-    from infra.settings import Settings
+    from turnledger.infra.persistence import open_conversations
+    from turnledger.infra.settings import Settings
 
     crash_point = sys.argv[1]
     ledger = open_conversations(Settings(_env_file=None))

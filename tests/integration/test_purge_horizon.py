@@ -14,9 +14,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from infra.persistence import open_conversations
-from infra.settings import Settings
 from tests.integration.test_purge_bytes import _checkpoint, _hits, _schema_files
+from turnledger.infra.persistence import open_conversations
+from turnledger.infra.settings import Settings
 
 pytestmark = pytest.mark.postgres
 

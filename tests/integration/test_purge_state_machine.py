@@ -19,9 +19,9 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from domain.errors import PurgeIncompleteError, TurnDeletedError
-from infra.persistence import open_conversations
-from infra.settings import Settings
+from turnledger.domain.errors import PurgeIncompleteError, TurnDeletedError
+from turnledger.infra.persistence import open_conversations
+from turnledger.infra.settings import Settings
 
 OWNER = "owner-1"
 TEXT = st.text(

@@ -12,12 +12,19 @@ from hypothesis import given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from domain.application import Conversations
-from domain.audit import Auditor
-from infra.conversation_index import MemoryConversationIndex, SQLiteConversationIndex
-from infra.readmodels import READ_MODELS, ReadModelStore, catch_up, rebuild
-from infra.settings import Settings
-from projections.conversation_index import IndexChange, LoggedEvent, fold_page
+from turnledger.domain.application import Conversations
+from turnledger.domain.audit import Auditor
+from turnledger.infra.conversation_index import (
+    MemoryConversationIndex,
+    SQLiteConversationIndex,
+)
+from turnledger.infra.readmodels import READ_MODELS, ReadModelStore, catch_up, rebuild
+from turnledger.infra.settings import Settings
+from turnledger.projections.conversation_index import (
+    IndexChange,
+    LoggedEvent,
+    fold_page,
+)
 
 
 @pytest.fixture

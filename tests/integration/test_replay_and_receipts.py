@@ -7,15 +7,15 @@ from uuid import uuid4
 
 import pytest
 
-from domain.application import Conversations
-from domain.errors import (
+from turnledger.domain.application import Conversations
+from turnledger.domain.errors import (
     ConversationNotFoundError,
     InvalidInputError,
     WindowMismatchError,
 )
-from domain.receipt import RECEIPT_FORMAT, WindowReceipt
-from domain.replay import history_at, version_at
-from projections.policy import WindowPolicy
+from turnledger.domain.receipt import RECEIPT_FORMAT, WindowReceipt
+from turnledger.domain.replay import history_at, version_at
+from turnledger.projections.policy import WindowPolicy
 
 OWNER = "alice"
 

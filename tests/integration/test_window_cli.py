@@ -8,9 +8,9 @@ from uuid import UUID
 
 import pytest
 
-from infra.cli import main
-from infra.persistence import open_conversations
-from infra.settings import Settings
+from turnledger.infra.cli import main
+from turnledger.infra.persistence import open_conversations
+from turnledger.infra.settings import Settings
 
 
 @pytest.fixture

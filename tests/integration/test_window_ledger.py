@@ -11,17 +11,17 @@ from uuid import UUID
 
 import pytest
 
-from domain.application import Conversations
-from domain.errors import (
+from turnledger.domain.application import Conversations
+from turnledger.domain.errors import (
     FoldConflictError,
     InvalidInputError,
     TurnDeletedError,
     TurnNotFoundError,
 )
-from infra.persistence import open_conversations
-from infra.settings import Settings
-from projections.formats import FOLD_LABEL
-from projections.policy import WindowPolicy
+from turnledger.infra.persistence import open_conversations
+from turnledger.infra.settings import Settings
+from turnledger.projections.formats import FOLD_LABEL
+from turnledger.projections.policy import WindowPolicy
 
 OWNER = "owner-1"
 LOOSE = WindowPolicy(

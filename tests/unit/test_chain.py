@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from domain.chain import (
+from turnledger.domain.chain import (
     GENESIS,
     ChainFormatError,
     RecentDigests,
@@ -17,7 +17,7 @@ from domain.chain import (
     read_link_parts,
     seal_state,
 )
-from domain.findings import (
+from turnledger.domain.findings import (
     BROKEN_LINK,
     CHANGED,
     MISSING,

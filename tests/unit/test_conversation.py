@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from domain.conversation import Conversation, TurnSizes, TurnStatus
-from domain.errors import (
+from turnledger.domain.conversation import Conversation, TurnSizes, TurnStatus
+from turnledger.domain.errors import (
     TurnConflictError,
     TurnDeletedError,
     TurnNotFoundError,
@@ -104,7 +104,7 @@ def test_deletion_marks_turns_and_refuses_later_writes_for_them() -> None:
 
 
 def test_snapshots_are_spaced_so_their_total_size_stays_linear() -> None:
-    from domain.application import snapshot_due
+    from turnledger.domain.application import snapshot_due
 
     interval = 200
     due = [v for v in range(1, 200_001) if snapshot_due(v, interval)]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from domain.conversation import Conversation, TurnSizes, TurnStatus
+from turnledger.domain.conversation import Conversation, TurnSizes, TurnStatus
 
 SIZES = TurnSizes(
     question_json_bytes=3, answer_json_bytes=3, question_chars=1, answer_chars=1

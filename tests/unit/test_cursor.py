@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from domain.errors import InvalidInputError
-from infra.http.cursor import CursorCodec
+from turnledger.domain.errors import InvalidInputError
+from turnledger.infra.http.cursor import CursorCodec
 
 codec = CursorCodec(os.urandom(32))
 

@@ -9,15 +9,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from domain.text import json_string_size
-from projections.formats import (
+from tests.strategies import hostile_text
+from turnledger.domain.text import json_string_size
+from turnledger.projections.formats import (
     WIRE_FORMATS,
     RequestParts,
     pair_bytes,
     render_body,
     request_document,
 )
-from tests.strategies import hostile_text
 
 
 def _standard(document: dict[str, Any]) -> bytes:

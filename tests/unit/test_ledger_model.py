@@ -8,9 +8,13 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from domain.errors import TurnConflictError, TurnDeletedError, VersionConflictError
-from infra.persistence import open_conversations
-from infra.settings import Settings
+from turnledger.domain.errors import (
+    TurnConflictError,
+    TurnDeletedError,
+    VersionConflictError,
+)
+from turnledger.infra.persistence import open_conversations
+from turnledger.infra.settings import Settings
 
 OWNER = "alice"
 turn_ids = st.sampled_from([f"t{n}" for n in range(8)])

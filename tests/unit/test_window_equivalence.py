@@ -7,16 +7,16 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from domain.errors import MandatoryInputTooLargeError
-from infra.persistence import open_conversations
-from infra.settings import Settings
-from infra.tokenizers import token_counter
-from projections.formats import WIRE_FORMATS
-from projections.policy import WindowPolicy
-from projections.tokens import CHAR_ESTIMATE, TokenCounter
-from projections.window import WindowFold, WindowTurn, select_window
 from tests.reference_window import naive_window
 from tests.strategies import hostile_text, sendable_text
+from turnledger.domain.errors import MandatoryInputTooLargeError
+from turnledger.infra.persistence import open_conversations
+from turnledger.infra.settings import Settings
+from turnledger.infra.tokenizers import token_counter
+from turnledger.projections.formats import WIRE_FORMATS
+from turnledger.projections.policy import WindowPolicy
+from turnledger.projections.tokens import CHAR_ESTIMATE, TokenCounter
+from turnledger.projections.window import WindowFold, WindowTurn, select_window
 
 
 @st.composite

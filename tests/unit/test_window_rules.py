@@ -7,12 +7,12 @@ import re
 
 import pytest
 
-from domain.errors import MandatoryInputTooLargeError
-from infra.tokenizers import token_counter
-from projections.formats import FOLD_LABEL, RequestParts, render_body
-from projections.policy import WindowPolicy
-from projections.tokens import CHAR_ESTIMATE
-from projections.window import WindowFold, WindowTurn, select_window
+from turnledger.domain.errors import MandatoryInputTooLargeError
+from turnledger.infra.tokenizers import token_counter
+from turnledger.projections.formats import FOLD_LABEL, RequestParts, render_body
+from turnledger.projections.policy import WindowPolicy
+from turnledger.projections.tokens import CHAR_ESTIMATE
+from turnledger.projections.window import WindowFold, WindowTurn, select_window
 
 MARKER = re.compile(r"\n… (\d+) tokens omitted …\n")
 
