@@ -1,20 +1,34 @@
-"""Use cases for application services: each loads, calls one command, saves."""
+"""The ledger for application services: commands here, queries on the read side.
+
+Every write goes through one group committer (domain/group_commit.py): the
+writes queued by concurrent callers are checked one after another against
+constant-size aggregates and saved in one transaction, together with the
+read-side rows and the new turns' keys (where the store allows). A write
+that breaks a rule fails alone; a failed transaction is retried write by
+write, so one bad write never rejects another's turn.
+
+Queries (history, windows, folds) read only the read side and the events of
+the turns they return (projections/queries.py), never an aggregate.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, cast
 from uuid import UUID, uuid4
 
-from eventsourcing.application import (
-    AggregateNotFoundError,
-    Application,
-    ProcessingEvent,
-)
+from eventsourcing.application import Application, ProcessingEvent
 from eventsourcing.domain import Snapshot
-from eventsourcing.persistence import IntegrityError, JSONTranscoder, Mapper, Recording
+from eventsourcing.persistence import (
+    EventStore,
+    IntegrityError,
+    JSONTranscoder,
+    Mapper,
+    Recording,
+)
+from eventsourcing.utils import get_topic
 
 from turnledger.domain.chain import (
     GENESIS,
@@ -24,8 +38,7 @@ from turnledger.domain.chain import (
 )
 from turnledger.domain.conversation import (
     Conversation,
-    FoldEntry,
-    TurnEntry,
+    TurnFacts,
     TurnSizes,
     TurnStatus,
     fold_key_id,
@@ -34,19 +47,23 @@ from turnledger.domain.errors import (
     ConversationNotFoundError,
     InvalidInputError,
     PurgeIncompleteError,
-    TextUnavailableError,
     TurnConflictError,
     TurnDeletedError,
+    TurnLedgerError,
     VersionConflictError,
     WindowMismatchError,
 )
-from turnledger.domain.ports import TextVault
+from turnledger.domain.group_commit import GroupCommitter, Pending
+from turnledger.domain.ports import NewKey, TextVault
 from turnledger.domain.purge import PurgeReport, PurgeRunner
-from turnledger.domain.query_cache import QueryCache
-from turnledger.domain.receipt import (
-    WindowReceipt,
-    parse_receipt_policy,
-    receipt_policy,
+from turnledger.domain.results import (
+    MAX_HISTORY_PAGE,
+    DeletionReceipt,
+    FoldReceipt,
+    HistoryItem,
+    HistoryPage,
+    ProjectedWindow,
+    TurnReceipt,
 )
 from turnledger.domain.text import (
     DEFAULT_MAX_TURN_BYTES,
@@ -56,132 +73,73 @@ from turnledger.domain.text import (
     check_text,
     check_turn_size,
 )
-from turnledger.domain.transcodings import (
-    BytesAsBase64,
-    FoldEntryAsList,
-    TurnEntryAsList,
+from turnledger.domain.transcodings import register_legacy_transcodings
+from turnledger.projections.ledger_rows import (
+    ConversationRow,
+    RowChanges,
+    SummarySize,
+    TurnRow,
+    project_events,
 )
-from turnledger.domain.windowing import FoldStatus, fold_status, window_for
 from turnledger.projections.policy import WindowPolicy
-from turnledger.projections.tokens import CHAR_ESTIMATE, TokenCounter
-from turnledger.projections.window import Window, resolve_policy
+from turnledger.projections.queries import ConversationQueries, FoldStatus
+from turnledger.projections.read_side import ReadSide, current_fold
+from turnledger.projections.tokens import TokenCounter
 
-T = TypeVar("T")
+__all__ = [
+    "MAX_HISTORY_PAGE",
+    "Conversations",
+    "DeletionReceipt",
+    "FoldReceipt",
+    "HistoryItem",
+    "HistoryPage",
+    "ProjectedWindow",
+    "TurnReceipt",
+]
 
-# How often a write is retried after losing a race to another writer of the
-# same conversation. Each retry reloads the aggregate and re-checks every rule.
+# How often a write is retried after losing a race to a writer in another
+# process. Writers in this process never race: they queue.
 _WRITE_ATTEMPTS = 50
-
-MAX_HISTORY_PAGE = 500
-
-# Snapshots bound the events replayed to load a conversation. They hold turn
-# metadata only (about 100 bytes a turn), never text.
-DEFAULT_SNAPSHOT_INTERVAL = 200
+# Aggregates kept between writes (constant-size each), checked against the
+# read side's head version before every use.
+_AGGREGATES_KEPT = 10_000
 
 
 @dataclass(frozen=True, slots=True)
-class TurnReceipt:
-    """Result of recording a turn; a retried request returns the same receipt."""
+class _Write:
+    """One queued write: which conversation, which turns it names, what to do."""
 
+    owner_id: str
     conversation_id: UUID
-    turn_id: str
-    status: TurnStatus
-    version: int
-    recorded_at: datetime
+    run: Callable[[Conversation, _Batch], Any]
+    turn_ids: tuple[str, ...] = ()
+    creates: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class HistoryItem:
-    """A turn as the owner sees it; text is None once the turn is deleted."""
+@dataclass
+class _Batch:
+    """What the writes of one transaction read and produce."""
 
-    position: int
-    turn_id: str
-    status: TurnStatus
-    recorded_at: datetime
-    deleted_at: datetime | None
-    question: str | None
-    answer: str | None
+    heads: dict[UUID, ConversationRow]
+    turns: dict[UUID, dict[str, TurnRow]] = field(default_factory=dict)
+    sizes: dict[UUID, dict[str, TurnSizes | SummarySize]] = field(default_factory=dict)
+    texts: dict[tuple[UUID, str], tuple[TurnStatus, str, str]] = field(
+        default_factory=dict
+    )
+    keys: list[NewKey] = field(default_factory=list)
+    aggregates: dict[UUID, Conversation] = field(default_factory=dict)
 
-    @property
-    def deleted(self) -> bool:
-        return self.deleted_at is not None
-
-
-@dataclass(frozen=True, slots=True)
-class HistoryPage:
-    conversation_id: UUID
-    version: int
-    total_turns: int
-    items: tuple[HistoryItem, ...]
-    next_offset: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class DeletionReceipt:
-    conversation_id: UUID
-    deleted_turn_ids: tuple[str, ...]
-    version: int
-    purge: PurgeReport | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ProjectedWindow:
-    """A window plus the ledger version it was derived from.
-
-    Pass it to `confirm_turn(..., window=...)` with the answer it produced to
-    keep its receipt. The question and system instructions are held here, in
-    memory, only to check that pairing and to seal the instructions.
-    """
-
-    conversation_id: UUID
-    ledger_version: int
-    window: Window
-    question: str = field(default="", repr=False)
-    system: str = field(default="", repr=False)
-    policy: dict[str, Any] = field(default_factory=dict)
-
-    def receipt(self) -> WindowReceipt:
-        """The content-free receipt of this window."""
-        return WindowReceipt.of_body(
-            policy=self.policy,
-            ledger_version=self.ledger_version,
-            turn_ids=self.window.kept_turn_ids,
-            body=self.window.body,
-            fold_id=self.window.fold_id if self.window.fold_sent else None,
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class FoldReceipt:
-    conversation_id: UUID
-    fold_id: str
-    covers_through_turn_id: str
-    version: int
-
-
-def snapshot_due(version: int, interval: int) -> bool:
-    """Whether a snapshot is taken when a conversation reaches `version`.
-
-    Every `interval` events while the conversation is young; from 16 intervals
-    on, the spacing doubles with each doubling of the length. A snapshot holds
-    the whole turn index, so fixed spacing would make writing a long
-    conversation quadratic; this spacing keeps the snapshots' total size linear
-    in the length, and a load replays at most about an eighth of the events.
-    """
-    step = interval
-    while version >= step * 16:
-        step *= 2
-    return version % step == 0
+    def turn(self, conversation_id: UUID, turn_id: str) -> TurnRow | None:
+        return self.turns.get(conversation_id, {}).get(turn_id)
 
 
 class Conversations(Application[UUID]):
     """The conversation ledger, for application services."""
 
     name = "Conversations"
-    # Snapshots are taken by `save` on the spacing of `snapshot_due`, not by the
-    # library's fixed interval, which would rewrite a long conversation's whole
-    # turn index every few hundred events.
-    is_snapshotting_enabled = True
+    # The aggregate is rebuilt from its read-side row (a snapshot written in
+    # the same transaction as every event), never from library snapshots.
+    is_snapshotting_enabled = False
     # Reading the log in pages larger than the library default of 10.
     log_section_size = 1000
 
@@ -191,37 +149,34 @@ class Conversations(Application[UUID]):
         *,
         vault: TextVault,
         max_turn_bytes: int = DEFAULT_MAX_TURN_BYTES,
-        snapshot_interval: int = DEFAULT_SNAPSHOT_INTERVAL,
-        query_cache_size: int = 0,
+        max_batch: int = 64,
     ) -> None:
         self.vault = vault
         self.max_turn_bytes = max_turn_bytes
         self._recent_digests = RecentDigests()
-        self.snapshot_interval: int | None = snapshot_interval  # None: no snapshots
         super().__init__(env)
-        self._query_cache = QueryCache(
-            query_cache_size,
-            load=self.repository.get,
-            newer_events=lambda conversation_id, version: self.events.get(
-                conversation_id, gt=version
-            ),
+        if not _is_read_side(self.recorder):
+            raise TypeError(
+                "the ledger needs a recorder that keeps the read side "
+                "(turnledger.infra.persistence chooses one)"
+            )
+        self.read_side: ReadSide = cast(ReadSide, self.recorder)
+        self.queries = ConversationQueries(
+            read_side=self.read_side,
+            events=self.events,
+            vault=vault,
+        )
+        # Snapshots the first release wrote: never loaded, still audited.
+        self.legacy_snapshots = EventStore(
+            mapper=self.mapper, recorder=self.factory.aggregate_recorder("snapshots")
+        )
+        self._aggregates: OrderedDict[UUID, Conversation] = OrderedDict()
+        self._committer: GroupCommitter[_Write] = GroupCommitter(
+            self._commit_batch, max_batch=max_batch
         )
         self.purge = PurgeRunner(self, vault.purge_view)
 
-    def save(self, *objs: Any, **kwargs: Any) -> list[Recording[UUID]]:
-        recordings = super().save(*objs, **kwargs)
-        if self.snapshots is not None and self.snapshot_interval is not None:
-            interval = self.snapshot_interval
-            due = {
-                recording.domain_event.originator_id
-                for recording in recordings
-                if snapshot_due(recording.domain_event.originator_version, interval)
-            }
-            for obj in objs:
-                if isinstance(obj, Conversation) and obj.id in due:
-                    # The aggregate in hand is the state just recorded: no reload.
-                    self.snapshots.put([Snapshot.take(obj)])
-        return recordings
+    # Persistence hooks ----------------------------------------------------------
 
     def construct_mapper(self) -> Mapper[UUID]:
         base = super().construct_mapper()
@@ -229,35 +184,77 @@ class Conversations(Application[UUID]):
             transcoder=base.transcoder, compressor=base.compressor, cipher=base.cipher
         )
 
-    def _record(self, processing_event: ProcessingEvent[UUID]) -> list[Recording[UUID]]:
-        """Link each new event to the digest of the stored event before it.
+    def register_transcodings(self, transcoder: JSONTranscoder) -> None:
+        super().register_transcodings(transcoder)
+        register_legacy_transcodings(transcoder)
 
-        The predecessor's digest is the one it was stored with: remembered if
-        this process wrote it, else read from its stored row, never taken from
-        the aggregate, so the chain is right however the aggregate was loaded
-        (cache, snapshot, replay). Events saved together are linked in order.
+    def _record(self, processing_event: ProcessingEvent[UUID]) -> list[Recording[UUID]]:
+        """Chain each new event to the one before it; add the read-side rows.
+
+        The predecessor's digest is the one it was stored with: the head the
+        read side recorded, remembered if this process wrote it, else read
+        from the stored row, never taken from the aggregate. Rows and keys go
+        to the recorder with the events, to be written in their transaction.
         """
-        sealed: list[tuple[UUID, int, str]] = []
+        batch: _Batch | None = processing_event.saved_kwargs.pop("batch", None)
         heads: dict[UUID, str] = {}
+        digests: dict[UUID, list[str]] = {}
         for new_event in processing_event.events:
             originator_id = new_event.originator_id
             version = new_event.originator_version
             previous = heads.get(originator_id)
             if previous is None:
-                previous = self._stored_digest(originator_id, version - 1)
+                previous = self._stored_digest(originator_id, version - 1, batch)
             # Events are frozen; the chain field is set once, before mapping.
             object.__setattr__(new_event, "previous_digest", previous)
             stored = self.mapper.to_stored_event(new_event)
             heads[originator_id] = read_link(stored).recorded_digest
-            sealed.append((originator_id, version, heads[originator_id]))
+            digests.setdefault(originator_id, []).append(heads[originator_id])
+        if batch is not None:
+            processing_event.saved_kwargs["read_side"] = self._rows_for(
+                processing_event, batch, digests
+            )
+            if batch.keys:
+                processing_event.saved_kwargs["new_keys"] = tuple(batch.keys)
         recordings = super()._record(processing_event)
-        for originator_id, version, digest in sealed:
+        for originator_id, digest in heads.items():
+            version = max(
+                e.originator_version
+                for e in processing_event.events
+                if e.originator_id == originator_id
+            )
             self._recent_digests.put(originator_id, version, digest)
         return recordings
 
-    def _stored_digest(self, originator_id: UUID, version: int) -> str:
+    def _rows_for(
+        self,
+        processing_event: ProcessingEvent[UUID],
+        batch: _Batch,
+        digests: Mapping[UUID, list[str]],
+    ) -> RowChanges:
+        changes = RowChanges()
+        by_conversation: dict[UUID, list[Any]] = {}
+        for new_event in processing_event.events:
+            by_conversation.setdefault(new_event.originator_id, []).append(new_event)
+        for conversation_id, events in by_conversation.items():
+            changes = changes + project_events(
+                head=batch.heads.get(conversation_id),
+                events=events,
+                digests=digests[conversation_id],
+                sizes=batch.sizes.get(conversation_id, {}),
+                known_turns=batch.turns.get(conversation_id, {}),
+            )
+        return changes
+
+    def _stored_digest(
+        self, originator_id: UUID, version: int, batch: _Batch | None
+    ) -> str:
         if version < 1:
             return GENESIS
+        if batch is not None:
+            head = batch.heads.get(originator_id)
+            if head is not None and head.version == version:
+                return head.head_digest
         remembered = self._recent_digests.get(originator_id, version)
         if remembered is not None:
             return remembered
@@ -267,12 +264,6 @@ class Conversations(Application[UUID]):
             # version check, so any link will do; the genesis keeps it well-formed.
             return GENESIS
         return read_link(rows[0]).recorded_digest
-
-    def register_transcodings(self, transcoder: JSONTranscoder) -> None:
-        super().register_transcodings(transcoder)
-        transcoder.register(BytesAsBase64())
-        transcoder.register(TurnEntryAsList())
-        transcoder.register(FoldEntryAsList())
 
     def close(self) -> None:
         super().close()
@@ -290,24 +281,13 @@ class Conversations(Application[UUID]):
         returned and nothing is written.
         """
         check_identifier("owner_id", owner_id)
-        if conversation_id is None:
-            conversation = Conversation(owner_id=owner_id)
-        elif not isinstance(conversation_id, UUID):
+        if conversation_id is not None and not isinstance(conversation_id, UUID):
             raise InvalidInputError("conversation_id", "expected a UUID")
-        else:
-            # The library's constructor for a chosen id; same Started event.
-            conversation = Conversation._create(
-                Conversation.Started, id=conversation_id, owner_id=owner_id
-            )
-        try:
-            self.save(conversation)
-        except IntegrityError:
-            if conversation_id is None:
-                raise
-            # Already recorded: the owner's own retry, or somebody else's id,
-            # which is answered like a missing conversation.
-            self.get_conversation(owner_id, conversation_id)
-        return conversation.id
+        chosen = conversation_id or uuid4()
+        self._submit(
+            _Write(owner_id, chosen, lambda conversation, batch: None, creates=True)
+        )
+        return chosen
 
     def confirm_turn(
         self,
@@ -326,7 +306,7 @@ class Conversations(Application[UUID]):
         kept with the turn so an audit can prove what was sent.
         """
         if window is not None:
-            self._check_window(conversation_id, question, window)
+            _check_window(conversation_id, question, window)
         return self._record_turn(
             owner_id,
             conversation_id,
@@ -377,9 +357,11 @@ class Conversations(Application[UUID]):
         expected_version: int | None = None,
     ) -> DeletionReceipt:
         """Delete the chosen turns, or the whole history when turn_ids is None."""
+        check_identifier("owner_id", owner_id)
+        _check_conversation_id(conversation_id)
         check_expected_version(expected_version)
         actor = check_identifier("deleted_by", deleted_by or owner_id)
-        wanted = None
+        wanted: list[str] | None = None
         if turn_ids is not None:
             if isinstance(turn_ids, str) or not isinstance(turn_ids, Sequence):
                 raise InvalidInputError(
@@ -387,61 +369,150 @@ class Conversations(Application[UUID]):
                 )
             wanted = [check_identifier("turn_id", turn_id) for turn_id in turn_ids]
 
-        def attempt(conversation: Conversation) -> list[str]:
-            return conversation.delete_history(
-                turn_ids=wanted, deleted_by=actor, expected_version=expected_version
+        def run(conversation: Conversation, batch: _Batch) -> tuple[list[str], int]:
+            read = self.read_side
+            facts: Mapping[str, TurnFacts]
+            if wanted is None:
+                rows = read.undeleted_turns(conversation.id)
+                facts = {row.turn_id: row.facts() for row in rows}
+                batch.turns.setdefault(conversation.id, {}).update(
+                    (row.turn_id, row) for row in rows
+                )
+            else:
+                facts = {
+                    turn_id: row.facts()
+                    for turn_id in wanted
+                    if (row := batch.turn(conversation.id, turn_id)) is not None
+                }
+            head = batch.heads[conversation.id]
+            live = [
+                fold.facts()
+                for fold in read.folds(conversation.id)
+                if fold.live_at(head.version)
+            ]
+            deleted = conversation.delete_history(
+                requested=wanted,
+                facts=facts,
+                live_folds=live,
+                deleted_by=actor,
+                expected_version=expected_version,
             )
+            return deleted, conversation.version
 
-        conversation, deleted = self._write(owner_id, conversation_id, attempt)
+        deleted, version = self._submit(
+            _Write(owner_id, conversation_id, run, turn_ids=tuple(wanted or ()))
+        )
         # The event is saved: from here the deletion stands. The purge destroys
         # the keys as a tracked follower of the log, so if it fails or the
         # process dies now, the next purge run (or start-up) completes it.
         try:
             report = self.purge_deleted_history()
         except Exception as error:
-            raise PurgeIncompleteError(conversation.id) from error
-        return DeletionReceipt(
-            conversation.id, tuple(deleted), conversation.version, purge=report
-        )
+            raise PurgeIncompleteError(conversation_id) from error
+        return DeletionReceipt(conversation_id, tuple(deleted), version, purge=report)
 
     def purge_deleted_history(self) -> PurgeReport:
         """Destroy the keys of every deleted turn not yet purged; compact the store."""
         return self.purge.run()
 
-    # Queries ------------------------------------------------------------------
+    def record_fold(
+        self,
+        owner_id: str,
+        conversation_id: UUID,
+        *,
+        covers_through_turn_id: str,
+        summary: str,
+        fold_id: str | None = None,
+        summarized_version: int | None = None,
+        expected_version: int | None = None,
+    ) -> FoldReceipt:
+        """Record a summary that stands in for every turn up to the given one.
 
-    def get_conversation(self, owner_id: str, conversation_id: UUID) -> Conversation:
+        Written by the application service that made the summary; windows send
+        it instead of the turns it covers. `summarized_version` is the ledger
+        version of the history the summary was made from: the fold is refused
+        if a turn it covers was deleted after it. Deleting any covered turn
+        later withdraws the fold and destroys its text.
+        """
         check_identifier("owner_id", owner_id)
-        if not isinstance(conversation_id, UUID):
-            raise InvalidInputError("conversation_id", "expected a UUID")
-        return self._owned(
-            owner_id, conversation_id, lambda key: self.repository.get(key)
+        _check_conversation_id(conversation_id)
+        check_identifier("covers_through_turn_id", covers_through_turn_id)
+        check_text("summary", summary)
+        check_turn_size(summary, limit=self.max_turn_bytes)
+        check_expected_version(expected_version)
+        if summarized_version is not None:
+            check_expected_version(summarized_version)
+        fold_id = check_identifier("fold_id", fold_id or uuid4().hex)
+        metrics = TextMetrics.of(summary)
+        key_id = fold_key_id(fold_id)
+
+        def run(conversation: Conversation, batch: _Batch) -> FoldReceipt:
+            read = self.read_side
+            head_version = conversation.version
+            folds = read.folds(conversation.id)
+            through = batch.turn(conversation.id, covers_through_turn_id)
+            covered_eligible = 0
+            deleted_since: list[str] = []
+            if through is not None:
+                now = set(
+                    read.eligible_ids(
+                        conversation.id,
+                        first=0,
+                        last=through.position,
+                        as_of=head_version,
+                    )
+                )
+                covered_eligible = len(now)
+                if summarized_version is not None:
+                    before = read.eligible_ids(
+                        conversation.id,
+                        first=0,
+                        last=through.position,
+                        as_of=min(summarized_version, head_version),
+                    )
+                    deleted_since = [t for t in before if t not in now]
+            current = current_fold(folds, head_version)
+            data_key, new_key = self.vault.new_data_key(conversation.id, key_id)
+            conversation.record_fold(
+                fold_id=fold_id,
+                through=None if through is None else through.facts(),
+                covers_through_turn_id=covers_through_turn_id,
+                covered_eligible=covered_eligible,
+                current_fold=None if current is None else current.facts(),
+                fold_exists=any(f.fold_id == fold_id for f in folds),
+                deleted_since_summary=deleted_since,
+                sealed_summary=self.vault.seal_with(
+                    data_key, conversation.id, key_id, "summary", summary
+                ),
+                summarized_version=summarized_version,
+                expected_version=expected_version,
+            )
+            if new_key is not None:
+                batch.keys.append(new_key)
+            batch.sizes.setdefault(conversation.id, {})[key_id] = SummarySize(
+                metrics.json_bytes, metrics.chars
+            )
+            return FoldReceipt(
+                conversation.id, fold_id, covers_through_turn_id, conversation.version
+            )
+
+        result: FoldReceipt = self._submit(
+            _Write(owner_id, conversation_id, run, turn_ids=(covers_through_turn_id,))
         )
+        return result
+
+    # Queries (the read side; see projections/queries.py) -----------------------
+
+    def get_conversation(self, owner_id: str, conversation_id: UUID) -> ConversationRow:
+        """The conversation's row: owner, version, counts (no turns)."""
+        return self.queries.get_conversation(owner_id, conversation_id)
 
     def get_history(
         self, owner_id: str, conversation_id: UUID, *, offset: int = 0, limit: int = 50
     ) -> HistoryPage:
         """One page of turns, oldest first, deleted ones as placeholders."""
-        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-            raise InvalidInputError("offset", "must be a non-negative integer")
-        if (
-            isinstance(limit, bool)
-            or not isinstance(limit, int)
-            or not (1 <= limit <= MAX_HISTORY_PAGE)
-        ):
-            raise InvalidInputError(
-                "limit", f"must be an integer from 1 to {MAX_HISTORY_PAGE}"
-            )
-        conversation = self.get_conversation(owner_id, conversation_id)
-        entries = list(conversation.turns.values())[offset : offset + limit]
-        items = self.history_items(conversation, entries, first_position=offset)
-        end = offset + len(entries)
-        return HistoryPage(
-            conversation_id=conversation.id,
-            version=conversation.version,
-            total_turns=len(conversation.turns),
-            items=items,
-            next_offset=end if end < len(conversation.turns) else None,
+        return self.queries.get_history(
+            owner_id, conversation_id, offset=offset, limit=limit
         )
 
     def project_window(
@@ -459,208 +530,32 @@ class Conversations(Application[UUID]):
         """The request for `question` under `policy` (see projections/window.py).
 
         Without a policy only `max_bytes` applies; with one, `max_bytes`, when
-        given, overrides the policy's. Chooses turns from the sizes recorded
-        with them, then reads and decrypts only the turns it keeps. Reads
-        only: nothing is written.
+        given, overrides the policy's. Reads only: nothing is written.
         """
-        check_text("question", question)
-        check_text("system", system, allow_empty=True)
-        check_text("model", model)
-        if max_bytes is not None and (
-            isinstance(max_bytes, bool)
-            or not isinstance(max_bytes, int)
-            or max_bytes < 1
-        ):
-            raise InvalidInputError("max_bytes", "must be a positive integer")
-        if max_bytes is None and policy is None:
-            raise InvalidInputError("max_bytes", "give max_bytes or a policy")
-        if policy is not None and not isinstance(policy, WindowPolicy):
-            raise InvalidInputError("policy", "expected a WindowPolicy")
-        counter = token_counter or CHAR_ESTIMATE
-        if not isinstance(counter, TokenCounter):
-            raise InvalidInputError("token_counter", "expected a TokenCounter")
-        resolved = resolve_policy(policy, max_bytes)
-        conversation = self._read_conversation(owner_id, conversation_id)
-        window = window_for(
-            conversation,
+        return self.queries.project_window(
+            owner_id,
+            conversation_id,
             question=question,
             system=system,
             model=model,
-            policy=resolved,
-            counter=counter,
-            read_texts=lambda entries: self._read_texts(conversation, entries),
-            read_fold=lambda fold: self._read_fold(conversation, fold),
-        )
-        return ProjectedWindow(
-            conversation.id,
-            conversation.version,
-            window,
-            question=question,
-            system=system,
-            policy=receipt_policy(model=model, policy=resolved, counter=counter.name),
-        )
-
-    def reapply_policy(
-        self,
-        conversation: Conversation,
-        *,
-        policy: dict[str, Any],
-        question: str,
-        system: str,
-        texts: Mapping[str, tuple[str, str]] | None = None,
-        token_counters: Mapping[str, TokenCounter] | None = None,
-    ) -> Window:
-        """The window a receipt's `policy` gives for `question` over this state.
-
-        `conversation` may be a past version (`repository.get(id, version=v)`):
-        this is how an audit re-derives a receipt's body. `texts` (turn id ->
-        question, answer) saves reading the kept turns' texts again;
-        `token_counters` names the counters an application used besides the
-        built-in estimate.
-        """
-        model, window_policy, counter_name = parse_receipt_policy(policy)
-        counters = {CHAR_ESTIMATE.name: CHAR_ESTIMATE, **(token_counters or {})}
-        counter = counters.get(counter_name)
-        if counter is None:
-            raise InvalidInputError(
-                "policy", f"token counter {counter_name!r} is not available here"
-            )
-
-        def read_texts(entries: Sequence[TurnEntry]) -> dict[str, tuple[str, str]]:
-            if texts is not None and all(e.turn_id in texts for e in entries):
-                return {e.turn_id: texts[e.turn_id] for e in entries}
-            return self._read_texts(conversation, entries)
-
-        return window_for(
-            conversation,
-            question=question,
-            system=system,
-            model=model,
-            policy=window_policy,
-            counter=counter,
-            read_texts=read_texts,
-            read_fold=lambda fold: self._read_fold(conversation, fold),
-        )
-
-    def record_fold(
-        self,
-        owner_id: str,
-        conversation_id: UUID,
-        *,
-        covers_through_turn_id: str,
-        summary: str,
-        fold_id: str | None = None,
-        expected_version: int | None = None,
-    ) -> FoldReceipt:
-        """Record a summary that stands in for every turn up to the given one.
-
-        Written by the application service that made the summary; windows send
-        it instead of the turns it covers. Deleting any covered turn destroys it.
-        """
-        check_identifier("covers_through_turn_id", covers_through_turn_id)
-        check_text("summary", summary)
-        check_turn_size(summary, limit=self.max_turn_bytes)
-        check_expected_version(expected_version)
-        fold_id = check_identifier("fold_id", fold_id or uuid4().hex)
-        metrics = TextMetrics.of(summary)
-
-        def attempt(conversation: Conversation) -> None:
-            sealed = self.vault.seal(
-                conversation.id, fold_key_id(fold_id), "summary", summary
-            )
-            conversation.record_fold(
-                fold_id=fold_id,
-                covers_through_turn_id=covers_through_turn_id,
-                sealed_summary=sealed,
-                summary_json_bytes=metrics.json_bytes,
-                summary_chars=metrics.chars,
-                expected_version=expected_version,
-            )
-
-        conversation, _ = self._write(owner_id, conversation_id, attempt)
-        fold = conversation.fold_map()[fold_id]
-        return FoldReceipt(
-            conversation.id, fold_id, fold.covers_through_turn_id, fold.version
+            max_bytes=max_bytes,
+            policy=policy,
+            token_counter=token_counter,
         )
 
     def get_fold_status(
         self, owner_id: str, conversation_id: UUID, *, threshold_tokens: int
     ) -> FoldStatus:
         """Whether the turns after the current fold exceed `threshold_tokens`."""
-        if (
-            isinstance(threshold_tokens, bool)
-            or not isinstance(threshold_tokens, int)
-            or threshold_tokens < 1
-        ):
-            raise InvalidInputError("threshold_tokens", "must be a positive integer")
-        return fold_status(
-            self._read_conversation(owner_id, conversation_id), threshold_tokens
+        return self.queries.get_fold_status(
+            owner_id, conversation_id, threshold_tokens=threshold_tokens
         )
 
     def get_fold_summary(self, owner_id: str, conversation_id: UUID) -> str | None:
         """The text of the current fold, or None when there is none."""
-        conversation = self._read_conversation(owner_id, conversation_id)
-        fold = conversation.current_fold
-        return None if fold is None else self._read_fold(conversation, fold)
+        return self.queries.get_fold_summary(owner_id, conversation_id)
 
-    # Internals ----------------------------------------------------------------
-
-    def _read_conversation(self, owner_id: str, conversation_id: UUID) -> Conversation:
-        """For queries only: with a query cache, the cached object itself,
-        which queries must not change."""
-        return self._owned(owner_id, conversation_id, self._query_cache.get)
-
-    @staticmethod
-    def _owned(
-        owner_id: str, conversation_id: UUID, load: Callable[[UUID], object]
-    ) -> Conversation:
-        check_identifier("owner_id", owner_id)
-        if not isinstance(conversation_id, UUID):
-            raise InvalidInputError("conversation_id", "expected a UUID")
-        try:
-            conversation = load(conversation_id)
-        except AggregateNotFoundError:
-            raise ConversationNotFoundError(conversation_id) from None
-        # Somebody else's conversation is answered exactly like a missing one.
-        if (
-            not isinstance(conversation, Conversation)
-            or conversation.owner_id != owner_id
-        ):
-            raise ConversationNotFoundError(conversation_id)
-        return conversation
-
-    def history_items(
-        self,
-        conversation: Conversation,
-        entries: Sequence[TurnEntry],
-        *,
-        first_position: int,
-    ) -> tuple[HistoryItem, ...]:
-        """These turns as the owner sees them: text for live turns, else None."""
-        texts = self._read_texts(conversation, [e for e in entries if not e.deleted])
-        return tuple(
-            HistoryItem(
-                position=first_position + index,
-                turn_id=entry.turn_id,
-                status=entry.status,
-                recorded_at=entry.recorded_at,
-                deleted_at=entry.deleted_at,
-                question=texts.get(entry.turn_id, (None, None))[0],
-                answer=texts.get(entry.turn_id, (None, None))[1],
-            )
-            for index, entry in enumerate(entries)
-        )
-
-    def _read_fold(self, conversation: Conversation, fold: FoldEntry) -> str:
-        recorded = next(
-            self._events_between(conversation.id, fold.version, fold.version)
-        )
-        (summary,) = self.vault.open_many(
-            conversation.id, [(fold.key_id, "summary", recorded.sealed_summary)]
-        )
-        if summary is None:
-            raise TextUnavailableError(conversation.id, fold.key_id)
-        return summary
+    # Writing --------------------------------------------------------------------
 
     def _record_turn(
         self,
@@ -674,6 +569,8 @@ class Conversations(Application[UUID]):
         expected_version: int | None,
         window: ProjectedWindow | None = None,
     ) -> TurnReceipt:
+        check_identifier("owner_id", owner_id)
+        _check_conversation_id(conversation_id)
         check_identifier("turn_id", turn_id)
         check_text("question", question)
         check_text("answer", answer, allow_empty=status is not TurnStatus.CONFIRMED)
@@ -690,12 +587,13 @@ class Conversations(Application[UUID]):
             answer_chars=answer_metrics.chars,
         )
 
-        def attempt(conversation: Conversation) -> TurnReceipt | None:
-            existing = conversation.turns.get(turn_id)
+        def run(conversation: Conversation, batch: _Batch) -> TurnReceipt:
+            existing = batch.turn(conversation.id, turn_id)
             if existing is not None:
                 return self._replayed_receipt(
-                    conversation,
+                    conversation.id,
                     existing,
+                    batch,
                     status=status,
                     question=question,
                     answer=answer,
@@ -705,63 +603,63 @@ class Conversations(Application[UUID]):
                 raise WindowMismatchError(
                     conversation.id, "it was projected from a later ledger version"
                 )
-            sealed_question = self.vault.seal(
-                conversation.id, turn_id, "question", question
-            )
-            sealed_answer = self.vault.seal(conversation.id, turn_id, "answer", answer)
+            data_key, new_key = self.vault.new_data_key(conversation.id, turn_id)
+
+            def seal(field_name: str, text: str) -> bytes:
+                return self.vault.seal_with(
+                    data_key, conversation.id, turn_id, field_name, text
+                )
+
             if status is TurnStatus.CONFIRMED:
                 conversation.confirm_turn(
                     turn_id=turn_id,
-                    sealed_question=sealed_question,
-                    sealed_answer=sealed_answer,
-                    sizes=sizes,
+                    sealed_question=seal("question", question),
+                    sealed_answer=seal("answer", answer),
+                    existing=None,
                     window_receipt=None
                     if window is None
                     else window.receipt().to_document(),
                     sealed_system=None
                     if window is None
-                    else self.vault.seal(
-                        conversation.id, turn_id, "system", window.system
-                    ),
+                    else seal("system", window.system),
                 )
             else:
                 conversation.abandon_turn(
                     turn_id=turn_id,
                     outcome=status,
-                    sealed_question=sealed_question,
-                    sealed_answer=sealed_answer,
-                    sizes=sizes,
+                    sealed_question=seal("question", question),
+                    sealed_answer=seal("answer", answer),
+                    existing=None,
                 )
-            return None
+            recorded = conversation.pending_events[-1]
+            if new_key is not None:
+                batch.keys.append(new_key)
+            batch.sizes.setdefault(conversation.id, {})[turn_id] = sizes
+            batch.texts[(conversation.id, turn_id)] = (status, question, answer)
+            row = TurnRow(
+                conversation_id=conversation.id,
+                position=conversation.turn_count - 1,
+                turn_id=turn_id,
+                status=status,
+                version=conversation.version,
+                recorded_at=recorded.timestamp,
+                sizes=sizes,
+            )
+            batch.turns.setdefault(conversation.id, {})[turn_id] = row
+            return TurnReceipt(
+                conversation.id, turn_id, status, row.version, row.recorded_at
+            )
 
-        conversation, replayed = self._write(owner_id, conversation_id, attempt)
-        if replayed is not None:
-            return replayed
-        entry = conversation.turns[turn_id]
-        return TurnReceipt(
-            conversation.id, turn_id, entry.status, entry.version, entry.recorded_at
+        result: TurnReceipt = self._submit(
+            _Write(owner_id, conversation_id, run, turn_ids=(turn_id,))
         )
-
-    @staticmethod
-    def _check_window(
-        conversation_id: UUID, question: str, window: ProjectedWindow
-    ) -> None:
-        """A receipt is only kept for the window that asked this question."""
-        if not isinstance(window, ProjectedWindow):
-            raise InvalidInputError("window", "expected the ProjectedWindow answered")
-        if window.conversation_id != conversation_id:
-            raise WindowMismatchError(
-                conversation_id, "it belongs to another conversation"
-            )
-        if window.question != question:
-            raise WindowMismatchError(
-                conversation_id, "it was projected for a different question"
-            )
+        return result
 
     def _replayed_receipt(
         self,
-        conversation: Conversation,
-        existing: TurnEntry,
+        conversation_id: UUID,
+        existing: TurnRow,
+        batch: _Batch,
         *,
         status: TurnStatus,
         question: str,
@@ -769,78 +667,205 @@ class Conversations(Application[UUID]):
     ) -> TurnReceipt:
         """A retry of a recorded turn: same content returns the original receipt."""
         if existing.deleted:
-            raise TurnDeletedError(conversation.id, existing.turn_id)
+            raise TurnDeletedError(conversation_id, existing.turn_id)
         if existing.status is not status:
             raise TurnConflictError(
-                conversation.id,
+                conversation_id,
                 existing.turn_id,
                 f"is already recorded as {existing.status.value}; "
                 "record a retried exchange under a new turn id",
             )
-        stored = self._read_texts(conversation, [existing]).get(existing.turn_id)
+        pending = batch.texts.get((conversation_id, existing.turn_id))
+        if pending is not None:
+            stored: tuple[str, str] | None = (pending[1], pending[2])
+        else:
+            stored = self.queries.read_texts(conversation_id, [existing]).get(
+                existing.turn_id
+            )
         if stored != (question, answer):
             raise TurnConflictError(
-                conversation.id,
+                conversation_id,
                 existing.turn_id,
                 "is already recorded with different content",
             )
         return TurnReceipt(
-            conversation.id,
+            conversation_id,
             existing.turn_id,
             existing.status,
             existing.version,
             existing.recorded_at,
         )
 
-    def _write(
-        self,
-        owner_id: str,
-        conversation_id: UUID,
-        command: Callable[[Conversation], T],
-    ) -> tuple[Conversation, T]:
-        """Load, run `command`, save; on a lost race reload and run it again.
+    def _submit(self, write: _Write) -> Any:
+        return self._committer.submit(write)
 
-        The command re-checks every rule against the fresh state, so a retry
-        can still end in an idempotent replay or a version conflict.
+    def _commit_batch(self, pending: Sequence[Pending[_Write]]) -> None:
+        """Run the writes against their conversations and save them together.
+
+        Called by one thread at a time (the group committer's leader).
         """
+        if len(pending) == 1:
+            self._commit_alone(pending[0])
+            return
+        try:
+            done = self._try_batch(pending)
+        except IntegrityError:
+            # Another process wrote one of these conversations meanwhile (or a
+            # row broke a unique key): take them one by one, each reloaded.
+            for request in pending:
+                if not request.finished:
+                    self._commit_alone(request)
+            return
+        for request, result in done:
+            request.succeed(result)
+
+    def _commit_alone(self, request: Pending[_Write]) -> None:
         for _ in range(_WRITE_ATTEMPTS):
-            conversation = self.get_conversation(owner_id, conversation_id)
-            result = command(conversation)
             try:
-                self.save(conversation)
+                done = self._try_batch([request])
             except IntegrityError:
                 continue
-            return conversation, result
-        current = self.get_conversation(owner_id, conversation_id).version
-        raise VersionConflictError(conversation_id, current, current)
+            for finished, result in done:
+                finished.succeed(result)
+            return
+        conversation_id = request.work.conversation_id
+        head = self.read_side.conversations([conversation_id]).get(conversation_id)
+        current = 0 if head is None else head.version
+        request.fail(VersionConflictError(conversation_id, current, current))
 
-    def _read_texts(
-        self, conversation: Conversation, entries: Sequence[TurnEntry]
-    ) -> dict[str, tuple[str, str]]:
-        """Decrypt the texts of these (undeleted) turns from their events."""
-        if not entries:
-            return {}
-        wanted = {entry.turn_id for entry in entries}
-        versions = [entry.version for entry in entries]
-        items: list[tuple[str, str, bytes]] = []
-        for recorded in self._events_between(
-            conversation.id, min(versions), max(versions)
-        ):
-            turn_id = getattr(recorded, "turn_id", None)
-            if turn_id in wanted:
-                items.append((turn_id, "question", recorded.sealed_question))
-                items.append((turn_id, "answer", recorded.sealed_answer))
-        opened = self.vault.open_many(conversation.id, items)
-        texts: dict[str, tuple[str, str]] = {}
-        for index in range(0, len(items), 2):
-            turn_id = items[index][0]
-            question, answer = opened[index], opened[index + 1]
-            if question is None or answer is None:
-                raise TextUnavailableError(conversation.id, turn_id)
-            texts[turn_id] = (question, answer)
-        return texts
+    def _try_batch(
+        self, pending: Sequence[Pending[_Write]]
+    ) -> list[tuple[Pending[_Write], Any]]:
+        """Run and save; return the requests that succeed, with their results.
 
-    def _events_between(
-        self, conversation_id: UUID, first: int, last: int
-    ) -> Iterator[Any]:
-        return iter(self.events.get(conversation_id, gt=first - 1, lte=last))
+        Requests that break a rule are failed here; an IntegrityError from the
+        save propagates with nothing finished but those.
+        """
+        ids = {request.work.conversation_id for request in pending}
+        batch = _Batch(heads=self.read_side.conversations(ids))
+        self._prefetch_turns(batch, pending)
+        done: list[tuple[Pending[_Write], Any]] = []
+        for request in pending:
+            write = request.work
+            try:
+                conversation = self._aggregate_for(write, batch)
+                if conversation is None:  # a retried start of an existing one
+                    done.append((request, None))
+                    continue
+                done.append((request, write.run(conversation, batch)))
+            except TurnLedgerError as error:
+                request.fail(error)
+        to_save = [a for a in batch.aggregates.values() if a.pending_events]
+        if to_save:
+            try:
+                self.save(*to_save, batch=batch)
+            except IntegrityError:
+                for conversation_id in batch.aggregates:
+                    self._aggregates.pop(conversation_id, None)
+                raise
+            except BaseException:
+                for conversation_id in batch.aggregates:
+                    self._aggregates.pop(conversation_id, None)
+                raise
+        for conversation_id, aggregate in batch.aggregates.items():
+            self._keep(conversation_id, aggregate)
+        return done
+
+    def _prefetch_turns(
+        self, batch: _Batch, pending: Sequence[Pending[_Write]]
+    ) -> None:
+        wanted: dict[UUID, set[str]] = {}
+        for request in pending:
+            if request.work.turn_ids:
+                wanted.setdefault(request.work.conversation_id, set()).update(
+                    request.work.turn_ids
+                )
+        for conversation_id, turn_ids in wanted.items():
+            if conversation_id in batch.heads:
+                batch.turns[conversation_id] = self.read_side.turns_by_id(
+                    conversation_id, turn_ids
+                )
+
+    def _aggregate_for(self, write: _Write, batch: _Batch) -> Conversation | None:
+        """The conversation at its head, owned by the writer (or a new one)."""
+        conversation_id = write.conversation_id
+        aggregate = batch.aggregates.get(conversation_id)
+        if aggregate is not None:
+            if aggregate.owner_id != write.owner_id:
+                raise ConversationNotFoundError(conversation_id)
+            if write.creates:
+                return None
+            return aggregate
+        head = batch.heads.get(conversation_id)
+        if head is None:
+            if not write.creates:
+                raise ConversationNotFoundError(conversation_id)
+            aggregate = Conversation(owner_id=write.owner_id, id=conversation_id)
+            batch.aggregates[conversation_id] = aggregate
+            return aggregate
+        # Somebody else's conversation is answered exactly like a missing one.
+        if head.owner_id != write.owner_id:
+            raise ConversationNotFoundError(conversation_id)
+        if write.creates:
+            return None
+        cached = self._aggregates.get(conversation_id)
+        if cached is not None and cached.version == head.version:
+            aggregate = cached
+        else:
+            aggregate = _aggregate_from_row(head)
+        batch.aggregates[conversation_id] = aggregate
+        return aggregate
+
+    def _keep(self, conversation_id: UUID, aggregate: Conversation) -> None:
+        self._aggregates[conversation_id] = aggregate
+        self._aggregates.move_to_end(conversation_id)
+        while len(self._aggregates) > _AGGREGATES_KEPT:
+            self._aggregates.popitem(last=False)
+
+
+def _aggregate_from_row(row: ConversationRow) -> Conversation:
+    """The aggregate at the version of its read-side row.
+
+    The row is written in the same transaction as every event of the
+    conversation, so it is a snapshot that can never lag behind the log.
+    """
+    snapshot = Snapshot(
+        originator_id=row.conversation_id,
+        originator_version=row.version,
+        timestamp=row.modified_at,
+        topic=get_topic(Conversation),
+        state={
+            "_created_on": row.created_at,
+            "_modified_on": row.modified_at,
+            "owner_id": row.owner_id,
+            "turn_count": row.turn_count,
+            "class_version": Conversation.class_version,
+        },
+    )
+    aggregate = snapshot.mutate(None)
+    assert isinstance(aggregate, Conversation)
+    return aggregate
+
+
+def _check_conversation_id(conversation_id: Any) -> None:
+    if not isinstance(conversation_id, UUID):
+        raise InvalidInputError("conversation_id", "expected a UUID")
+
+
+def _check_window(conversation_id: UUID, question: str, window: Any) -> None:
+    """A receipt is only kept for the window that asked this question."""
+    if not isinstance(window, ProjectedWindow):
+        raise InvalidInputError("window", "expected the ProjectedWindow answered")
+    if window.conversation_id != conversation_id:
+        raise WindowMismatchError(conversation_id, "it belongs to another conversation")
+    if window.question != question:
+        raise WindowMismatchError(
+            conversation_id, "it was projected for a different question"
+        )
+
+
+def _is_read_side(recorder: object) -> bool:
+    return all(
+        callable(getattr(recorder, name, None))
+        for name in ("conversations", "turns_by_id", "eligible_newest_first")
+    )

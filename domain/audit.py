@@ -15,6 +15,7 @@ compared with the replay of its events. See docs/audit.md.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,8 +57,13 @@ from turnledger.domain.findings import (
     check_chain,
     vanished_finding,
 )
-from turnledger.domain.receipt import WindowReceipt
-from turnledger.projections.tokens import TokenCounter
+from turnledger.domain.receipt import WindowReceipt, parse_receipt_policy
+from turnledger.projections.ledger_rows import ConversationRow
+from turnledger.projections.log_replay import replay_events
+from turnledger.projections.policy import WindowPolicy
+from turnledger.projections.queries import ConversationQueries
+from turnledger.projections.read_side import LedgerView
+from turnledger.projections.tokens import CHAR_ESTIMATE, TokenCounter
 
 __all__ = [
     "ANCHOR_MISMATCH",
@@ -283,18 +289,19 @@ class Auditor:
     def _check_receipts(
         self, audit: ConversationAudit, receipts: list[_ReceiptToCheck]
     ) -> None:
-        """Re-derive every receipt of one conversation in a single replay.
+        """Re-derive every receipt of one conversation from one replay.
 
-        The conversation's events are read once and its texts opened in one
-        call to the vault; the replay stops at each receipt's ledger version
-        to apply the policy again, so no past state is rebuilt twice.
+        The conversation's events are replayed once into a read side of its
+        own (never the store's, which the chain does not cover); every fact
+        in it names the version that made it, so each receipt's window is
+        derived "as of" its ledger version from that one view.
         """
         if not receipts:
             return
         conversation_id = audit.conversation_id
         try:
             events: list[Any] = list(self.ledger.events.get(conversation_id))
-            current = self._project(events)
+            view = self._replay(conversation_id, events)
         except Exception as error:  # noqa: BLE001 - reported, never raised
             audit.findings.append(
                 Finding(
@@ -309,7 +316,7 @@ class Auditor:
             return
         to_derive: list[tuple[WindowReceipt, _ReceiptToCheck]] = []
         for item in receipts:
-            checked = self._precheck(conversation_id, current, item)
+            checked = self._precheck(conversation_id, view, item)
             if isinstance(checked, Finding):
                 self._tally(audit, checked)
             else:
@@ -317,30 +324,36 @@ class Auditor:
         if not to_derive:
             return
         texts = self._open_texts(conversation_id, events, [i for _, i in to_derive])
-        to_derive.sort(key=lambda pair: pair[0].ledger_version)
-        past: Any = None
-        waiting = iter(to_derive)
-        next_up = next(waiting, None)
-        for event in events:
-            past = event.mutate(past)
-            while next_up is not None and next_up[0].ledger_version == past.version:
-                receipt, item = next_up
+        head = view.conversations([conversation_id])[conversation_id]
+        queries = ConversationQueries(
+            read_side=view, events=self.ledger.events, vault=self.ledger.vault
+        )
+        for receipt, item in to_derive:
+            if receipt.ledger_version > head.version:
                 self._tally(
-                    audit, self._derive(conversation_id, past, receipt, item, texts)
+                    audit,
+                    _receipt_finding(
+                        conversation_id,
+                        item,
+                        RECEIPT_INVALID,
+                        f"names ledger version {receipt.ledger_version}, beyond the "
+                        "log",
+                    ),
                 )
-                next_up = next(waiting, None)
-        while next_up is not None:  # a ledger version the log does not reach
-            receipt, item = next_up
+                continue
+            past = _head_at(view, head, receipt.ledger_version)
             self._tally(
                 audit,
-                _receipt_finding(
-                    conversation_id,
-                    item,
-                    RECEIPT_INVALID,
-                    f"names ledger version {receipt.ledger_version}, beyond the log",
+                self._derive(
+                    conversation_id, queries, view, past, receipt, item, texts
                 ),
             )
-            next_up = next(waiting, None)
+
+    def _replay(self, conversation_id: UUID, events: list[Any]) -> LedgerView:
+        digests = [str(getattr(e, "digest", "") or "") for e in events]
+        return replay_events(
+            [list(zip(events, digests, strict=True))], self.ledger.vault.open_many
+        )
 
     def _check_snapshots(self, audit: ConversationAudit) -> None:
         """Each snapshot must equal the replay of the events up to its version.
@@ -348,10 +361,7 @@ class Auditor:
         Snapshots are not chained, yet the ledger loads from them: an altered
         snapshot (another owner, an undeleted turn) would be served as truth.
         """
-        store = self.ledger.snapshots
-        interval = self.ledger.snapshot_interval
-        if store is None or (interval is not None and audit.head_version < interval):
-            return  # no snapshot can have been taken yet: no query
+        store = self.ledger.legacy_snapshots
         conversation_id = audit.conversation_id
         try:
             snapshots: list[Any] = list(store.get(conversation_id))
@@ -394,6 +404,18 @@ class Auditor:
                     )
                 )
 
+    def _policy_of(
+        self, receipt: WindowReceipt
+    ) -> tuple[str, WindowPolicy, TokenCounter]:
+        model, policy, counter_name = parse_receipt_policy(receipt.policy)
+        counters = {CHAR_ESTIMATE.name: CHAR_ESTIMATE, **self.token_counters}
+        counter = counters.get(counter_name)
+        if counter is None:
+            raise InvalidInputError(
+                "policy", f"token counter {counter_name!r} is not available here"
+            )
+        return model, policy, counter
+
     @staticmethod
     def _tally(audit: ConversationAudit, finding: Finding | None) -> None:
         if finding is None:
@@ -405,17 +427,8 @@ class Auditor:
             audit.receipts_not_rederivable += 1
         audit.findings.append(finding)
 
-    @staticmethod
-    def _project(events: list[Any]) -> Conversation:
-        aggregate: Any = None
-        for event in events:
-            aggregate = event.mutate(aggregate)
-        if not isinstance(aggregate, Conversation):
-            raise TypeError("the events do not rebuild a conversation")
-        return aggregate
-
     def _precheck(
-        self, conversation_id: UUID, current: Conversation, item: _ReceiptToCheck
+        self, conversation_id: UUID, view: LedgerView, item: _ReceiptToCheck
     ) -> WindowReceipt | Finding:
         """The receipt, or why it cannot or need not be re-derived."""
         try:
@@ -433,10 +446,9 @@ class Auditor:
                 "its own turn, or has no sealed system instructions",
             )
         involved = dict.fromkeys((item.turn_id, *receipt.turn_ids))
+        rows = view.turns_by_id(conversation_id, list(involved))
         deleted = [
-            turn_id
-            for turn_id in involved
-            if turn_id in current.turns and current.turns[turn_id].deleted
+            turn_id for turn_id in involved if turn_id in rows and rows[turn_id].deleted
         ]
         if deleted:
             return _receipt_finding(
@@ -446,8 +458,9 @@ class Auditor:
                 f"not re-derivable: turns deleted ({', '.join(deleted)})",
             )
         if receipt.fold_id is not None:
-            fold = current.fold_map().get(receipt.fold_id)
-            if fold is not None and fold.withdrawn:
+            folds = {f.fold_id: f for f in view.folds(conversation_id)}
+            fold = folds.get(receipt.fold_id)
+            if fold is not None and fold.withdrawn_version is not None:
                 return _receipt_finding(
                     conversation_id,
                     item,
@@ -496,7 +509,9 @@ class Auditor:
     def _derive(
         self,
         conversation_id: UUID,
-        past: Conversation,
+        queries: ConversationQueries,
+        view: LedgerView,
+        past: ConversationRow,
         receipt: WindowReceipt,
         item: _ReceiptToCheck,
         texts: dict[tuple[str, str], str | None],
@@ -518,17 +533,26 @@ class Auditor:
             and (answer := texts.get((turn_id, "answer"))) is not None
         }
         try:
-            window = self.ledger.reapply_policy(
+            model, policy, counter = self._policy_of(receipt)
+            window = queries.window_at(
                 past,
-                policy=receipt.policy,
                 question=question,
                 system=system,
+                model=model,
+                policy=policy,
+                counter=counter,
                 texts=turn_texts,
-                token_counters=self.token_counters,
             )
         except InvalidInputError as error:
             return finding(RECEIPT_INVALID, error.reason)
         except TextUnavailableError as error:
+            gone = view.turns_by_id(conversation_id, [error.turn_id]).get(error.turn_id)
+            if gone is not None and gone.deleted:
+                # The window read a turn (e.g. at its edge) deleted since.
+                return finding(
+                    NOT_REDERIVABLE,
+                    f"not re-derivable: turns deleted ({error.turn_id})",
+                )
             return finding(
                 TEXT_MISSING,
                 f"turn {error.turn_id}'s key is gone but it was never deleted",
@@ -548,3 +572,15 @@ class Auditor:
                 f"bytes with turns {list(receipt.turn_ids)} and another SHA-256",
             )
         return None
+
+
+def _head_at(view: LedgerView, head: ConversationRow, version: int) -> ConversationRow:
+    """The conversation's row as it stood at `version` (for a past window)."""
+    conversation_id = head.conversation_id
+    eligible = view.eligible_ids(conversation_id, first=0, last=2**62, as_of=version)
+    recorded = len(
+        view.turns_page(conversation_id, offset=0, limit=2**62, as_of=version)
+    )
+    return dataclasses.replace(
+        head, version=version, turn_count=recorded, eligible_count=len(eligible)
+    )

@@ -13,6 +13,17 @@ is the digest of the event before it in the same conversation (``GENESIS`` for
 version 1). A verifier therefore needs nothing but the raw rows: no decoding,
 no keys, so the chain still verifies after deletion has destroyed turn keys.
 
+Events written since the second release use a binary envelope instead of
+plain JSON (`encode_envelope`): sealed text is stored as raw bytes, not as
+base64 inside JSON, and the two digests as 32 raw bytes each at fixed offsets::
+
+    b"\x00TL\x01" | previous digest (32) | digest (32) | timestamp (8) |
+    blob count (1) | per blob: field index (1), length (4) | blobs | JSON rest
+
+Its ``digest`` is SHA-256 over a header naming the row (tag v2) followed by
+every stored byte except the digest's own 32. Both formats verify from the raw
+row alone.
+
 What the chain shows: a changed byte anywhere in an event (its own digest no
 longer matches), a removed or inserted event (a version gap, and the next
 event's link no longer matches), reordered or renumbered events and events
@@ -26,9 +37,11 @@ from __future__ import annotations
 
 import hashlib
 import re
+import struct
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -36,11 +49,21 @@ from eventsourcing.domain import DomainEventProtocol
 from eventsourcing.persistence import Mapper, StoredEvent
 from eventsourcing.utils import get_topic
 
-CHAIN_FORMAT = 1
+CHAIN_FORMAT = 2
 GENESIS = "0" * 64
 """The `previous_digest` of a conversation's first event."""
 
 _HEADER_TAG = b"turnledger/chain/v1\n"
+_ENVELOPE_TAG = b"turnledger/chain/v2\n"
+ENVELOPE_MAGIC = b"\x00TL\x01"
+# Bytes fields an envelope may carry, by index (append only: stored rows name
+# their fields by position in this tuple).
+BLOB_FIELDS = ("sealed_question", "sealed_answer", "sealed_system", "sealed_summary")
+_PREVIOUS_SLICE = slice(4, 36)
+_DIGEST_SLICE = slice(36, 68)
+_TIMESTAMP_SLICE = slice(68, 76)
+_BLOB_COUNT_AT = 76
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _PREVIOUS_KEY = b',"previous_digest":"'
 _DIGEST_KEY = b'","digest":"'
 _END = b'"}'
@@ -143,6 +166,8 @@ def raw_link(
     """
     if isinstance(state, str):  # a hand-edited SQLite row may come back as TEXT
         state = state.encode("utf-8")
+    if state[:4] == ENVELOPE_MAGIC:
+        return _envelope_link(identity, version, topic, state)
     length = len(state)
     base = length - _SUFFIX_LENGTH
     if (
@@ -171,6 +196,110 @@ def raw_link(
         state[base + _PREVIOUS_AT : base + _DIGEST_KEY_AT].decode("latin-1"),
         state[base + _DIGEST_AT : length - 2].decode("latin-1"),
         digest.hexdigest(),
+    )
+
+
+def _envelope_digest(
+    identity: bytes, version: int, topic: str, state: bytes | bytearray
+) -> bytes:
+    digest = hashlib.sha256(
+        b"".join(
+            (
+                _ENVELOPE_TAG,
+                identity,
+                version.to_bytes(8, "big", signed=True),
+                topic.encode("utf-8"),
+                b"\n",
+            )
+        )
+    )
+    view = memoryview(state)
+    digest.update(view[: _DIGEST_SLICE.start])
+    digest.update(view[_DIGEST_SLICE.stop :])
+    return digest.digest()
+
+
+def _envelope_link(
+    identity: bytes, version: int, topic: str, state: bytes
+) -> tuple[str, str, str]:
+    if len(state) < _BLOB_COUNT_AT + 1:
+        raise ChainFormatError("stored envelope is too short")
+    return (
+        state[_PREVIOUS_SLICE].hex(),
+        state[_DIGEST_SLICE].hex(),
+        _envelope_digest(identity, version, topic, state).hex(),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """A stored event's parts: chain link, timestamp, raw blobs and JSON rest."""
+
+    previous_digest: str
+    digest: str
+    timestamp: datetime
+    blobs: dict[str, bytes]
+    json: bytes
+
+
+def encode_envelope(
+    *,
+    originator_id: UUID,
+    version: int,
+    topic: str,
+    previous_digest: str,
+    timestamp: datetime,
+    blobs: dict[str, bytes],
+    json: bytes,
+) -> tuple[bytes, str]:
+    """The sealed stored state of one event, and its digest (hex)."""
+    if not _HEX.fullmatch(previous_digest.encode("ascii")):
+        raise ChainFormatError("previous_digest must be 64 lowercase hex digits")
+    if not json.startswith(b"{") or not json.endswith(b"}"):
+        raise ChainFormatError("the envelope's rest must be a JSON object")
+    micros = (timestamp - _EPOCH) // timedelta(microseconds=1)
+    head = [
+        ENVELOPE_MAGIC,
+        bytes.fromhex(previous_digest),
+        bytes(32),  # the digest's place, filled in below
+        struct.pack(">q", micros),
+        struct.pack(">B", len(blobs)),
+    ]
+    for name, blob in blobs.items():
+        head.append(struct.pack(">BI", BLOB_FIELDS.index(name), len(blob)))
+    state = bytearray(b"".join([*head, *blobs.values(), json]))
+    digest = _envelope_digest(originator_id.bytes, version, topic, state)
+    state[_DIGEST_SLICE] = digest
+    return bytes(state), digest.hex()
+
+
+def decode_envelope(state: bytes) -> Envelope:
+    """The parts of an enveloped state (ChainFormatError if it is malformed)."""
+    try:
+        if state[:4] != ENVELOPE_MAGIC:
+            raise ChainFormatError("not an envelope")
+        (micros,) = struct.unpack(">q", state[_TIMESTAMP_SLICE])
+        count = state[_BLOB_COUNT_AT]
+        at = _BLOB_COUNT_AT + 1
+        sizes = []
+        for _ in range(count):
+            index, size = struct.unpack(">BI", state[at : at + 5])
+            sizes.append((BLOB_FIELDS[index], size))
+            at += 5
+        blobs = {}
+        for name, size in sizes:
+            blobs[name] = state[at : at + size]
+            if len(blobs[name]) != size:
+                raise ChainFormatError("a blob runs past the end of the envelope")
+            at += size
+    except (struct.error, IndexError) as error:
+        raise ChainFormatError(f"malformed envelope: {error}") from None
+    return Envelope(
+        previous_digest=state[_PREVIOUS_SLICE].hex(),
+        digest=state[_DIGEST_SLICE].hex(),
+        timestamp=_EPOCH + timedelta(microseconds=micros),
+        blobs=blobs,
+        json=state[at:],
     )
 
 
@@ -203,12 +332,13 @@ class RecentDigests:
 
 
 class ChainSealingMapper(Mapper[UUID]):
-    """A mapper that seals events which carry a `previous_digest`.
+    """Stores events in the chained binary envelope; reads both formats.
 
     The application sets `previous_digest` on each new event just before it is
-    recorded (see `Conversations._record`); snapshots carry none and are stored
-    as the library stores them. Decoding needs nothing special: the two chain
-    keys come back as plain attributes of the event.
+    recorded (see `Conversations._record`). Fields holding bytes go into the
+    envelope raw; optional fields at their default (None) are left out and
+    read back as the default. Events of the first release (JSON, base64 text)
+    are decoded as they were stored.
     """
 
     def to_stored_event(self, domain_event: DomainEventProtocol[UUID]) -> StoredEvent:
@@ -218,22 +348,34 @@ class ChainSealingMapper(Mapper[UUID]):
             return super().to_stored_event(domain_event)
         if self.cipher is not None or self.compressor is not None:
             raise ChainFormatError(
-                "the hash chain is computed over plain JSON state; the ledger seals "
+                "the hash chain is computed over the stored bytes; the ledger seals "
                 "turn text itself, so no library cipher or compressor is configured"
             )
         event_state.pop("digest", None)
         originator_id = event_state.pop("originator_id")
         originator_version = event_state.pop("originator_version")
-        class_version = getattr(type(domain_event), "class_version", 1)
+        timestamp = event_state.pop("timestamp")
+        cls = type(domain_event)
+        blobs = {}
+        for name in BLOB_FIELDS:
+            value = event_state.get(name)
+            if isinstance(value, bytes):
+                blobs[name] = event_state.pop(name)
+        for name, value in list(event_state.items()):
+            if value is None and getattr(cls, name, ...) is None:
+                del event_state[name]
+        class_version = getattr(cls, "class_version", 1)
         if class_version > 1:
             event_state["class_version"] = class_version
-        topic = get_topic(type(domain_event))
-        sealed, _ = seal_state(
+        topic = get_topic(cls)
+        sealed, _ = encode_envelope(
             originator_id=originator_id,
             version=originator_version,
             topic=topic,
-            state=self.transcoder.encode(event_state),
             previous_digest=previous_digest,
+            timestamp=timestamp,
+            blobs=blobs,
+            json=self.transcoder.encode(event_state),
         )
         return StoredEvent(
             originator_id=originator_id,
@@ -241,3 +383,27 @@ class ChainSealingMapper(Mapper[UUID]):
             topic=topic,
             state=sealed,
         )
+
+    def to_domain_event(self, stored_event: StoredEvent) -> DomainEventProtocol[UUID]:
+        state = stored_event.state
+        if state[:4] != ENVELOPE_MAGIC:
+            return super().to_domain_event(stored_event)
+        envelope = decode_envelope(state)
+        domain_event = super().to_domain_event(
+            StoredEvent(
+                originator_id=stored_event.originator_id,
+                originator_version=stored_event.originator_version,
+                topic=stored_event.topic,
+                state=envelope.json,
+            )
+        )
+        # Events are frozen: the envelope's parts are set once, as decoding would.
+        fields = {
+            **envelope.blobs,
+            "timestamp": envelope.timestamp,
+            "previous_digest": envelope.previous_digest,
+            "digest": envelope.digest,
+        }
+        for name, value in fields.items():
+            object.__setattr__(domain_event, name, value)
+        return domain_event

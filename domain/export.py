@@ -11,34 +11,18 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from eventsourcing.utils import get_topic
-
 from turnledger.domain.application import MAX_HISTORY_PAGE, Conversations
 from turnledger.domain.conversation import Conversation
 from turnledger.domain.text import check_identifier
 
 EXPORT_SCHEMA = "turnledger.export/1"
 
-# Notifications read per page while looking for the owner's conversations.
-_PAGE = 1000
-
 
 def conversation_ids_of(ledger: Conversations, owner_id: str) -> Iterator[UUID]:
-    """The owner's conversations, oldest first, found by reading the log."""
+    """The owner's conversations, oldest first (an indexed read-side query)."""
     check_identifier("owner_id", owner_id)
-    topics = [get_topic(Conversation.Started)]
-    start = 0
-    while True:
-        page = ledger.recorder.select_notifications(
-            start=start, limit=_PAGE, topics=topics, inclusive_of_start=False
-        )
-        for notification in page:
-            started = ledger.mapper.to_domain_event(notification)
-            if getattr(started, "owner_id", None) == owner_id:
-                yield started.originator_id
-            start = notification.id
-        if len(page) < _PAGE:
-            return
+    for row in ledger.read_side.conversations_of(owner_id):
+        yield row.conversation_id
 
 
 def export_records(
@@ -59,9 +43,9 @@ def export_records(
         yield {
             "record": "conversation",
             "conversation_id": str(conversation_id),
-            "started_at": conversation.created_on.isoformat(),
+            "started_at": conversation.created_at.isoformat(),
             "version": conversation.version,
-            "turn_count": len(conversation.turns),
+            "turn_count": conversation.turn_count,
         }
         offset: int | None = 0
         while offset is not None:

@@ -2,10 +2,9 @@
 
 Devices keep a position in the application's notification log (the order in
 which events were committed) and ask for everything after it. The log holds
-every user's events, so the feed filters it by owner. Ownership is an
-immutable fact recorded in each conversation's `Started` event, which lets any
-process keep its own index of it: the index only ever grows, and a process
-that meets an unknown conversation reads that conversation's first event.
+every user's events, so the feed filters it by owner, read for each page of
+the log from the read side's conversation rows (written with the events, so
+any process, however new, sees the owner of every event it reads).
 
 Text is never cached here. A turn's text is decrypted when a change is served,
 and any turn that is deleted by then is served without text, so a device whose
@@ -14,10 +13,8 @@ position is older than a deletion never receives the deleted words.
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -105,30 +102,11 @@ class ConversationSummary:
     started_at: datetime
 
 
-@dataclass
-class _OwnerIndex:
-    """Conversation ownership, learned from `Started` events, never forgotten."""
-
-    owner_by_conversation: OrderedDict[UUID, str] = field(default_factory=OrderedDict)
-    conversations_by_owner: dict[str, list[ConversationSummary]] = field(
-        default_factory=dict
-    )
-    scanned_position: int = 0
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def add(self, owner_id: str, summary: ConversationSummary) -> None:
-        if summary.conversation_id in self.owner_by_conversation:
-            return
-        self.owner_by_conversation[summary.conversation_id] = owner_id
-        self.conversations_by_owner.setdefault(owner_id, []).append(summary)
-
-
 class ConversationFeed:
     """Reads one user's changes from the ledger's notification log."""
 
     def __init__(self, ledger: Conversations) -> None:
         self._ledger = ledger
-        self._index = _OwnerIndex()
 
     # Queries ------------------------------------------------------------------
 
@@ -137,19 +115,16 @@ class ConversationFeed:
 
     def list_conversations(self, owner_id: str) -> list[ConversationSummary]:
         """The owner's conversations, oldest first."""
-        self._catch_up_started()
-        with self._index.lock:
-            return list(self._index.conversations_by_owner.get(owner_id, ()))
+        return [
+            ConversationSummary(row.conversation_id, row.created_at)
+            for row in self._ledger.read_side.conversations_of(owner_id)
+        ]
 
     def owner_of(self, conversation_id: UUID) -> str | None:
-        with self._index.lock:
-            owner = self._index.owner_by_conversation.get(conversation_id)
-        if owner is not None:
-            return owner
-        # Started after the index last looked, or the index is still empty.
-        self._catch_up_started()
-        with self._index.lock:
-            return self._index.owner_by_conversation.get(conversation_id)
+        row = self._ledger.read_side.conversations([conversation_id]).get(
+            conversation_id
+        )
+        return None if row is None else row.owner_id
 
     def changes_since(
         self, owner_id: str, position: int, *, limit: int = MAX_CHANGES_PER_READ
@@ -173,8 +148,9 @@ class ConversationFeed:
             page = self._ledger.recorder.select_notifications(
                 start=position + 1, limit=_LOG_PAGE
             )
+            owners = self._owners(page)
             for notification in page:
-                if self._owner_of_notification(notification) == owner_id:
+                if owners.get(_as_uuid(notification.originator_id)) == owner_id:
                     # A batch always takes one change, however large, so a
                     # device can never get stuck behind a big turn.
                     mine_bytes += len(notification.state)
@@ -202,31 +178,10 @@ class ConversationFeed:
 
     # Internals ----------------------------------------------------------------
 
-    def _owner_of_notification(self, notification: Notification) -> str | None:
-        # A `Started` event not yet indexed makes owner_of catch up, which
-        # indexes it in log order with every other conversation started before.
-        return self.owner_of(_as_uuid(notification.originator_id))
-
-    def _catch_up_started(self) -> None:
-        """Read the `Started` events committed since the index last looked."""
-        with self._index.lock:
-            start = self._index.scanned_position
-            while True:
-                page = self._ledger.recorder.select_notifications(
-                    start=start + 1, limit=_LOG_PAGE, topics=[STARTED_TOPIC]
-                )
-                for notification in page:
-                    started = self._decode(notification)
-                    self._index.add(
-                        started.owner_id,
-                        ConversationSummary(
-                            _as_uuid(notification.originator_id), started.timestamp
-                        ),
-                    )
-                    start = notification.id
-                if len(page) < _LOG_PAGE:
-                    break
-            self._index.scanned_position = start
+    def _owners(self, page: Sequence[Notification]) -> dict[UUID, str]:
+        ids = {_as_uuid(notification.originator_id) for notification in page}
+        rows = self._ledger.read_side.conversations(ids)
+        return {conversation_id: row.owner_id for conversation_id, row in rows.items()}
 
     def _decode(self, notification: Notification) -> Any:
         """The domain event; typed loosely, as its class depends on the topic."""
@@ -297,11 +252,12 @@ class ConversationFeed:
                 question, answer = opened[index], opened[index + 1]
                 if question is not None and answer is not None:
                     texts[(conversation_id, items[index][0])] = (question, answer)
-        for conversation_id in sealed_by_conversation:
-            conversation: object = self._ledger.repository.get(conversation_id)
-            assert isinstance(conversation, Conversation)
-            for turn_id, entry in conversation.turns.items():
-                if entry.deleted:
+        for conversation_id, items in sealed_by_conversation.items():
+            rows = self._ledger.read_side.turns_by_id(
+                conversation_id, {turn_id for turn_id, _, _ in items}
+            )
+            for turn_id, row in rows.items():
+                if row.deleted:
                     texts.pop((conversation_id, turn_id), None)
         return texts
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 from uuid import UUID
 
@@ -34,6 +35,15 @@ class KeyPurgeView(TrackingRecorder, ABC):
         """Rewrite storage so no destroyed key's bytes remain; False if deferred."""
 
 
+@dataclass(frozen=True, slots=True)
+class NewKey:
+    """A data key made for a new turn (or fold), wrapped, to be stored with it."""
+
+    conversation_id: UUID
+    key_id: str
+    wrapped: bytes
+
+
 class TextVault(Protocol):
     """Seals turn text with keys held outside the event log.
 
@@ -45,8 +55,17 @@ class TextVault(Protocol):
     only by the purge (`purge_view`), which follows `HistoryDeleted` events.
     """
 
-    def seal(self, conversation_id: UUID, turn_id: str, field: str, text: str) -> bytes:
-        """Encrypt `text` under the turn's key, creating the key if needed."""
+    def new_data_key(
+        self, conversation_id: UUID, key_id: str
+    ) -> tuple[bytes, NewKey | None]:
+        """The data key to seal a new turn with, and the wrapped key to store
+        with its event (None when the key store has stored it already)."""
+        ...
+
+    def seal_with(
+        self, data_key: bytes, conversation_id: UUID, key_id: str, field: str, text: str
+    ) -> bytes:
+        """Encrypt `text` under `data_key`, bound to the turn and field."""
         ...
 
     def open_many(

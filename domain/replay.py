@@ -1,6 +1,6 @@
 """Replay: a conversation's history as it stood at a past version or time.
 
-The past state comes from the events up to that version. What the owner has
+The past state is the read side's turns recorded by that version. What the owner has
 deleted since stays deleted: time travel never brings text back. A turn is
 shown as deleted when it was deleted at that version or at any later one, and
 its text is never read.
@@ -8,15 +8,12 @@ its text is never read.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import datetime
 from uuid import UUID
 
-from eventsourcing.application import Repository
-
-from turnledger.domain.application import Conversations, HistoryPage
-from turnledger.domain.conversation import Conversation
+from turnledger.domain.application import Conversations
 from turnledger.domain.errors import InvalidInputError
+from turnledger.domain.results import MAX_HISTORY_PAGE, HistoryPage
 
 
 def history_at(
@@ -32,7 +29,7 @@ def history_at(
         raise InvalidInputError("at", "give exactly one of a version or a time")
     current = ledger.get_conversation(owner_id, conversation_id)
     if at is not None:
-        version = version_at(ledger, current.id, at)
+        version = version_at(ledger, current.conversation_id, at)
     assert version is not None
     if (
         isinstance(version, bool)
@@ -42,19 +39,24 @@ def history_at(
         raise InvalidInputError(
             "version", f"must be an integer from 1 to {current.version}"
         )
-    # Events only: the hash chain covers events, not snapshots.
-    replayer: Repository[UUID] = Repository(event_store=ledger.events)
-    past: Conversation = replayer.get(current.id, version=version)
-    assert isinstance(past, Conversation)
-    entries = []
-    for entry in past.turns.values():
-        now = current.turns[entry.turn_id]
-        if now.deleted and not entry.deleted:
-            entry = replace(entry, deleted_at=now.deleted_at)
-        entries.append(entry)
-    items = ledger.history_items(past, entries, first_position=0)
+    # Turns recorded by `version`, each with its deletion as it stands now:
+    # a deletion made since is never undone by looking back.
+    rows = []
+    offset = 0
+    while True:
+        page = ledger.read_side.turns_page(
+            current.conversation_id,
+            offset=offset,
+            limit=MAX_HISTORY_PAGE,
+            as_of=version,
+        )
+        rows.extend(page)
+        if len(page) < MAX_HISTORY_PAGE:
+            break
+        offset += MAX_HISTORY_PAGE
+    items = ledger.queries.history_items(current.conversation_id, rows)
     return HistoryPage(
-        conversation_id=current.id,
+        conversation_id=current.conversation_id,
         version=version,
         total_turns=len(items),
         items=items,

@@ -1,13 +1,17 @@
-"""JSON transcodings for the types our events and snapshots hold."""
+"""JSON transcodings: bytes, and the types the first release's snapshots held.
+
+Sealed text is stored raw in the event envelope (domain/chain.py); bytes in
+JSON are only read back from events the first release wrote. Its snapshots
+held an index of every turn; they are no longer read by the ledger, but the
+audit still decodes them, so their entries decode to plain lists.
+"""
 
 from __future__ import annotations
 
 import base64
 from typing import Any
 
-from eventsourcing.persistence import Transcoding
-
-from turnledger.domain.conversation import FoldEntry, TurnEntry, TurnStatus
+from eventsourcing.persistence import JSONTranscoder, Transcoding
 
 
 class BytesAsBase64(Transcoding):
@@ -21,87 +25,37 @@ class BytesAsBase64(Transcoding):
         return base64.b64decode(data)
 
 
-class TurnEntryAsList(Transcoding):
-    """A positional list: snapshots of long conversations stay compact."""
+class _LegacyEntry:
+    """Never encoded: stands for a type only old snapshots contain."""
 
-    type = TurnEntry
+
+class _LegacyTurnEntry(_LegacyEntry):
+    pass
+
+
+class _LegacyFoldEntry(_LegacyEntry):
+    pass
+
+
+class _LegacyListTranscoding(Transcoding):
+    def encode(self, obj: Any) -> Any:
+        raise TypeError(f"{self.name} is only read, never written")
+
+    def decode(self, data: list[Any]) -> list[Any]:
+        return list(data)
+
+
+class LegacyTurnEntry(_LegacyListTranscoding):
+    type = _LegacyTurnEntry
     name = "turn_entry"
 
-    def encode(self, obj: TurnEntry) -> list[Any]:
-        return [
-            obj.turn_id,
-            obj.status.value,
-            obj.version,
-            obj.recorded_at,
-            obj.question_json_bytes,
-            obj.answer_json_bytes,
-            obj.question_chars,
-            obj.answer_chars,
-            obj.deleted_at,
-        ]
 
-    def decode(self, data: list[Any]) -> TurnEntry:
-        (
-            turn_id,
-            status,
-            version,
-            recorded_at,
-            q_bytes,
-            a_bytes,
-            q_chars,
-            a_chars,
-            deleted_at,
-        ) = data
-        return TurnEntry(
-            turn_id=turn_id,
-            status=TurnStatus(status),
-            version=version,
-            recorded_at=recorded_at,
-            question_json_bytes=q_bytes,
-            answer_json_bytes=a_bytes,
-            question_chars=q_chars,
-            answer_chars=a_chars,
-            deleted_at=deleted_at,
-        )
-
-
-class FoldEntryAsList(Transcoding):
-    type = FoldEntry
+class LegacyFoldEntry(_LegacyListTranscoding):
+    type = _LegacyFoldEntry
     name = "fold_entry"
 
-    def encode(self, obj: FoldEntry) -> list[Any]:
-        return [
-            obj.fold_id,
-            obj.version,
-            obj.recorded_at,
-            obj.covers_through_turn_id,
-            obj.covered_turns,
-            obj.covered_eligible,
-            obj.summary_json_bytes,
-            obj.summary_chars,
-            obj.withdrawn_at,
-        ]
 
-    def decode(self, data: list[Any]) -> FoldEntry:
-        (
-            fold_id,
-            version,
-            recorded_at,
-            covers_through,
-            covered_turns,
-            covered_eligible,
-            summary_json_bytes,
-            summary_chars,
-            withdrawn_at,
-        ) = data
-        return FoldEntry(
-            fold_id=fold_id,
-            version=version,
-            recorded_at=recorded_at,
-            covers_through_turn_id=covers_through,
-            covered_turns=covered_turns,
-            covered_eligible=covered_eligible,
-            summary_json_bytes=summary_json_bytes,
-            summary_chars=summary_chars,
-            withdrawn_at=withdrawn_at,
-        )
+def register_legacy_transcodings(transcoder: JSONTranscoder) -> None:
+    transcoder.register(BytesAsBase64())
+    transcoder.register(LegacyTurnEntry())
+    transcoder.register(LegacyFoldEntry())

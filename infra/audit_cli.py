@@ -22,11 +22,12 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from turnledger.domain.application import Conversations
 from turnledger.domain.audit import Anchor, Auditor, AuditReport
 from turnledger.domain.errors import InvalidInputError
 from turnledger.domain.replay import history_at
 from turnledger.infra.persistence import open_conversations
-from turnledger.infra.readmodels import READ_MODELS, rebuild
+from turnledger.infra.read_side import compare_read_sides, live_rows, replay_log
 from turnledger.infra.settings import Settings
 
 
@@ -51,7 +52,7 @@ def register(subparsers: Any) -> None:
     audit.add_argument(
         "--no-index",
         action="store_true",
-        help="do not check heads against the conversation index read model",
+        help="do not check heads against the read side's conversation rows",
     )
     audit.set_defaults(handler=run_audit)
 
@@ -69,18 +70,13 @@ def register(subparsers: Any) -> None:
     history.set_defaults(handler=run_history)
 
     rebuild_parser = subparsers.add_parser(
-        "rebuild", help="drop and rebuild read models from the log (resumable)"
+        "rebuild",
+        help="replay the log into fresh read-side tables; report what differed",
     )
     rebuild_parser.add_argument(
-        "names",
-        nargs="*",
-        metavar="NAME",
-        help=f"read models to rebuild (default: all of {', '.join(READ_MODELS)})",
-    )
-    rebuild_parser.add_argument(
-        "--restart",
+        "--check",
         action="store_true",
-        help="start over even if an interrupted rebuild could be resumed",
+        help="only compare the replay with the live tables (exit 1 if they differ)",
     )
     rebuild_parser.set_defaults(handler=run_rebuild)
 
@@ -110,12 +106,12 @@ def run_audit(arguments: argparse.Namespace) -> int:
     settings = Settings()
     console = Console()
     anchors: dict[UUID, Anchor] = {}
-    if not arguments.no_index:
-        anchors.update(_index_anchors(settings))
     if arguments.against is not None:
         anchors.update(anchors_from_report(arguments.against))
     ledger = open_conversations(settings)
     try:
+        if not arguments.no_index:
+            anchors = {**_read_side_anchors(ledger), **anchors}
         auditor = Auditor(ledger)
         total = auditor.total_events(arguments.conversation)
         with _progress(console, "auditing events", total) as advance:
@@ -152,17 +148,11 @@ def anchors_from_report(path: Path) -> dict[UUID, Anchor]:
         ) from None
 
 
-def _index_anchors(settings: Settings) -> dict[UUID, Anchor]:
-    """Heads the conversation index has seen (empty when it was never built)."""
-    store = READ_MODELS["conversation_index"](settings)
-    try:
-        rows = store.rows()  # type: ignore[attr-defined]
-    finally:
-        store.close()
+def _read_side_anchors(ledger: Conversations) -> dict[UUID, Anchor]:
+    """Heads the read side recorded with the events (its conversation rows)."""
+    conversations, _, _ = live_rows(ledger)
     return {
-        row.conversation_id: (row.version, row.head_digest)
-        for row in rows
-        if row.head_digest
+        row.conversation_id: (row.version, row.head_digest) for row in conversations
     }
 
 
@@ -252,31 +242,31 @@ def _parse_at(value: str) -> tuple[int | None, datetime | None]:
 
 
 def run_rebuild(arguments: argparse.Namespace) -> int:
-    unknown = [name for name in arguments.names if name not in READ_MODELS]
-    if unknown:
-        raise InvalidInputError(
-            "read model",
-            f"unknown {', '.join(unknown)}; known: {', '.join(READ_MODELS)}",
-        )
     settings = Settings()
     console = Console()
     ledger = open_conversations(settings)
     try:
         latest = ledger.recorder.max_notification_id() or 0
-        for name in arguments.names or list(READ_MODELS):
-            store = READ_MODELS[name](settings)
-            try:
-                tracking = store.tracking()
-                resuming = tracking.rebuilding and not arguments.restart
-                start = tracking.position if resuming else 0
-                label = f"{name} ({'resuming' if resuming else 'rebuilding'})"
-                with _progress(console, label, latest - start) as advance:
-                    rebuild(ledger, store, restart=arguments.restart, progress=advance)
-                console.print(
-                    f"{name}: rebuilt up to position {store.tracking().position}"
-                )
-            finally:
-                store.close()
+        with _progress(console, "replaying the log", latest) as advance:
+            replayed = replay_log(ledger, progress=advance)
+        differences = compare_read_sides(live_rows(ledger), replayed.rows())
+        for line in differences[:20]:
+            console.print(f"differs: {line}")
+        if arguments.check:
+            console.print(
+                "read side matches the log"
+                if not differences
+                else f"{len(differences)} rows differ from the log"
+            )
+            return 1 if differences else 0
+        recorder: Any = ledger.recorder
+        recorder.replace_read_side(replayed)
+        conversations, turns, folds = replayed.rows()
+        console.print(
+            f"read side rebuilt from {latest} events: {len(conversations)} "
+            f"conversations, {len(turns)} turns, {len(folds)} folds "
+            f"({len(differences)} rows had differed)"
+        )
     finally:
         ledger.close()
     return 0

@@ -19,6 +19,10 @@ from turnledger.domain.ports import KeyPurgeView
 
 
 class KeyStore(KeyPurgeView):
+    # Whether the event store writes new keys in the events' own transaction
+    # (PostgreSQL: the same database); otherwise each is stored just before.
+    keys_with_events = False
+
     @abstractmethod
     def put_if_absent(
         self, conversation_id: UUID, turn_id: str, wrapped: bytes

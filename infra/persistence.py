@@ -5,6 +5,7 @@ from __future__ import annotations
 from turnledger.domain.application import Conversations
 from turnledger.infra.keystore import KeyStore, MemoryKeyStore
 from turnledger.infra.postgres import PostgresKeyStore, ensure_schema
+from turnledger.infra.read_side import upgrade_if_needed
 from turnledger.infra.settings import Settings
 from turnledger.infra.sqlite import SQLiteKeyStore
 from turnledger.infra.vault import (
@@ -19,18 +20,23 @@ def eventsourcing_env(settings: Settings) -> dict[str, str]:
     """The library's configuration, complete, so no shell variable leaks in."""
     env = {
         "CREATE_TABLE": "y",
-        "IS_SNAPSHOTTING_ENABLED": "y",
+        # The aggregate loads from its read-side row; no library snapshots.
+        "IS_SNAPSHOTTING_ENABLED": "n",
     }
+    # Each store is the library's, with a recorder that writes the read side in
+    # the events' transaction (the library's documented recorder extension).
     match settings.persistence:
         case "memory":
-            env["PERSISTENCE_MODULE"] = "eventsourcing.popo"
+            env["PERSISTENCE_MODULE"] = "turnledger.infra.memory:MemoryFactory"
         case "sqlite":
-            env["PERSISTENCE_MODULE"] = "eventsourcing.sqlite"
+            env["PERSISTENCE_MODULE"] = "turnledger.infra.sqlite:SQLiteReadSideFactory"
             env["SQLITE_DBNAME"] = str(settings.sqlite_events_path)
             env["SQLITE_LOCK_TIMEOUT"] = "30"
         case "postgres":
             env.update(
-                PERSISTENCE_MODULE="eventsourcing.postgres",
+                PERSISTENCE_MODULE=(
+                    "turnledger.infra.postgres:PostgresReadSideFactory"
+                ),
                 POSTGRES_DBNAME=settings.postgres_dbname,
                 POSTGRES_HOST=settings.postgres_host,
                 POSTGRES_PORT=str(settings.postgres_port),
@@ -65,14 +71,10 @@ def key_store(settings: Settings) -> KeyStore:
             )
 
 
-def open_conversations(
-    settings: Settings, *, aggregate_cache_size: int = 0
-) -> Conversations:
+def open_conversations(settings: Settings) -> Conversations:
     """The ledger application for these settings, its stores created if needed.
 
-    With `aggregate_cache_size`, conversations are kept in the library's cache
-    and brought up to date from the log on every load ("fast-forward"), so the
-    cache stays correct when other processes write too.
+    A store written before the read side existed gets it built from its log.
     """
     if settings.persistence == "sqlite":
         settings.data_dir.mkdir(parents=True, exist_ok=True)
@@ -80,20 +82,16 @@ def open_conversations(
         ensure_schema(settings.postgres_conninfo(), settings.postgres_schema)
     vault = KeyVault(key_store(settings), master_key(settings))
     try:
-        env = eventsourcing_env(settings)
-        if aggregate_cache_size > 0:
-            env["AGGREGATE_CACHE_MAXSIZE"] = str(aggregate_cache_size)
         ledger = Conversations(
-            env,
+            eventsourcing_env(settings),
             vault=vault,
             max_turn_bytes=settings.max_turn_bytes,
-            snapshot_interval=settings.snapshot_interval,
-            query_cache_size=settings.query_cache_size,
         )
     except BaseException:
         vault.close()
         raise
     try:
+        upgrade_if_needed(ledger)
         # Complete any deletion whose purge was interrupted (crash, lost key
         # store connection) before serving anything.
         ledger.purge_deleted_history()

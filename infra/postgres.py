@@ -3,22 +3,48 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from typing import Any
 from uuid import UUID
 
 import psycopg
-from eventsourcing.persistence import Tracking
+from eventsourcing.persistence import StoredEvent, Tracking
+from eventsourcing.postgres import (
+    PostgresApplicationRecorder,
+    PostgresDatastore,
+    PostgresFactory,
+)
 from psycopg import sql
+from psycopg.rows import DictRow
 from psycopg_pool import ConnectionPool
 
 from turnledger.domain.errors import TurnDeletedError
+from turnledger.domain.ports import NewKey
 from turnledger.infra.keystore import KeyStore
+from turnledger.infra.read_side_sql import (
+    CONVERSATION_COLUMNS,
+    FOLD_COLUMNS,
+    TURN_COLUMNS,
+    conversation_row,
+    conversation_values,
+    fold_row,
+    fold_values,
+    turn_row,
+    turn_values,
+)
+from turnledger.projections.ledger_rows import (
+    ConversationRow,
+    FoldRow,
+    RowChanges,
+    TurnRow,
+)
+from turnledger.projections.read_side import LedgerView
 
 # The key table is hash-partitioned by conversation so that compaction (VACUUM
 # FULL, which locks the table it rewrites) rewrites and locks only the small
 # partitions a deletion touched, never the whole key table. See docs/deletion.md.
 KEY_PARTITIONS = 32
+KEY_TABLE = "turn_keys"
 
 
 def ensure_schema(conninfo: str, schema: str) -> None:
@@ -32,11 +58,17 @@ def ensure_schema(conninfo: str, schema: str) -> None:
 class PostgresKeyStore(KeyStore):
     """Wrapped turn keys in `<schema>.turn_keys`, through a psycopg pool.
 
+    New turns' keys are written by the event store, in the transaction of the
+    events that need them (`PostgresReadSideRecorder`); this pool reads them,
+    and the purge destroys them.
+
     DELETE only marks a row dead: its bytes stay in the table's file until the
     table is rewritten. The purge therefore records which partitions it
     deleted from, in the same transaction as the deletion and its position in
     the log, and `compact` rewrites exactly those with VACUUM FULL.
     """
+
+    keys_with_events = True
 
     def __init__(
         self,
@@ -49,7 +81,7 @@ class PostgresKeyStore(KeyStore):
         self._conninfo = conninfo
         self._schema = schema
         self.horizon_wait_seconds = horizon_wait_seconds
-        self._table = sql.Identifier(schema, "turn_keys")
+        self._table = sql.Identifier(schema, KEY_TABLE)
         self._tracking = sql.Identifier(schema, "key_purge_tracking")
         self._destroyed = sql.Identifier(schema, "destroyed_turn_keys")
         self._pool = ConnectionPool(
@@ -302,3 +334,319 @@ SELECT EXISTS (
           >= age(xid(%(xid)s::xid8))
 )
 """
+
+
+# The read side, beside the events in the same schema ---------------------------
+
+_READ_SIDE_DDL = [
+    "CREATE TABLE IF NOT EXISTS {schema}.conversation_heads ("
+    " conversation_id uuid PRIMARY KEY,"
+    " owner_id text NOT NULL,"
+    " version bigint NOT NULL,"
+    " head_digest text NOT NULL,"
+    " turn_count integer NOT NULL,"
+    " eligible_count integer NOT NULL,"
+    " created_at timestamptz NOT NULL,"
+    " modified_at timestamptz NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS conversation_heads_by_owner "
+    "ON {schema}.conversation_heads (owner_id, created_at)",
+    "CREATE TABLE IF NOT EXISTS {schema}.conversation_turns ("
+    " conversation_id uuid NOT NULL,"
+    " position integer NOT NULL,"
+    " turn_id text NOT NULL,"
+    " status text NOT NULL,"
+    " version bigint NOT NULL,"
+    " recorded_at timestamptz NOT NULL,"
+    " question_json_bytes integer,"
+    " answer_json_bytes integer,"
+    " question_chars integer,"
+    " answer_chars integer,"
+    " deleted_version bigint,"
+    " deleted_at timestamptz,"
+    " PRIMARY KEY (conversation_id, position),"
+    " UNIQUE (conversation_id, turn_id))",
+    "CREATE TABLE IF NOT EXISTS {schema}.conversation_folds ("
+    " conversation_id uuid NOT NULL,"
+    " fold_id text NOT NULL,"
+    " version bigint NOT NULL,"
+    " recorded_at timestamptz NOT NULL,"
+    " covers_through_turn_id text NOT NULL,"
+    " covers_through_position integer NOT NULL,"
+    " covered_turns integer NOT NULL,"
+    " covered_eligible integer NOT NULL,"
+    " summary_json_bytes integer,"
+    " summary_chars integer,"
+    " withdrawn_version bigint,"
+    " PRIMARY KEY (conversation_id, fold_id))",
+]
+_READ_SIDE_TABLES = ("conversation_heads", "conversation_turns", "conversation_folds")
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+class PostgresReadSideRecorder(PostgresApplicationRecorder):
+    """The library's PostgreSQL recorder, writing the read side and the new
+    turns' keys in the events' own transaction."""
+
+    def __init__(self, datastore: PostgresDatastore, **kwargs: Any) -> None:
+        super().__init__(datastore, **kwargs)
+        self._schema = sql.Identifier(datastore.schema)
+        self.sql_create_statements.extend(
+            sql.SQL(statement).format(schema=self._schema)  # type: ignore[arg-type]
+            for statement in _READ_SIDE_DDL
+        )
+
+    def _table(self, name: str) -> sql.Composed:
+        return sql.SQL("{}.{}").format(self._schema, sql.Identifier(name))
+
+    def _insert_events(
+        self,
+        curs: psycopg.Cursor[DictRow],
+        stored_events: Sequence[StoredEvent],
+        **kwargs: Any,
+    ) -> None:
+        new_keys: Sequence[NewKey] = kwargs.get("new_keys", ())
+        if new_keys:
+            curs.executemany(
+                sql.SQL(
+                    "INSERT INTO {} (conversation_id, turn_id, wrapped_key) "
+                    "VALUES (%s, %s, %s)"
+                ).format(self._table(KEY_TABLE)),
+                [(k.conversation_id, k.key_id, k.wrapped) for k in new_keys],
+            )
+        changes: RowChanges | None = kwargs.get("read_side")
+        if changes is not None:
+            self._write_rows(curs, changes)
+        super()._insert_events(curs, stored_events, **kwargs)
+
+    def _write_rows(self, curs: psycopg.Cursor[Any], changes: RowChanges) -> None:
+        key, time = _same, _same
+        if changes.new_turns:
+            curs.executemany(
+                sql.SQL("INSERT INTO {} ({}) VALUES ({})").format(
+                    self._table("conversation_turns"),
+                    sql.SQL(TURN_COLUMNS),
+                    sql.SQL(",".join(["%s"] * 12)),
+                ),
+                [turn_values(t, key=key, time=time) for t in changes.new_turns],
+            )
+        if changes.deletions:
+            curs.executemany(
+                sql.SQL(
+                    "UPDATE {} SET deleted_version = %s, deleted_at = %s, "
+                    "question_json_bytes = NULL, answer_json_bytes = NULL, "
+                    "question_chars = NULL, answer_chars = NULL "
+                    "WHERE conversation_id = %s AND turn_id = %s"
+                ).format(self._table("conversation_turns")),
+                [
+                    (d.deleted_version, d.deleted_at, d.conversation_id, d.turn_id)
+                    for d in changes.deletions
+                ],
+            )
+        if changes.new_folds:
+            curs.executemany(
+                sql.SQL("INSERT INTO {} ({}) VALUES ({})").format(
+                    self._table("conversation_folds"),
+                    sql.SQL(FOLD_COLUMNS),
+                    sql.SQL(",".join(["%s"] * 11)),
+                ),
+                [fold_values(f, key=key, time=time) for f in changes.new_folds],
+            )
+        if changes.withdrawals:
+            curs.executemany(
+                sql.SQL(
+                    "UPDATE {} SET withdrawn_version = %s, summary_json_bytes = NULL, "
+                    "summary_chars = NULL WHERE conversation_id = %s AND fold_id = %s"
+                ).format(self._table("conversation_folds")),
+                [
+                    (w.withdrawn_version, w.conversation_id, w.fold_id)
+                    for w in changes.withdrawals
+                ],
+            )
+        if changes.conversations:
+            curs.executemany(
+                sql.SQL(
+                    "INSERT INTO {} ({}) VALUES ({}) ON CONFLICT (conversation_id) "
+                    "DO UPDATE SET version = EXCLUDED.version, "
+                    "head_digest = EXCLUDED.head_digest, "
+                    "turn_count = EXCLUDED.turn_count, "
+                    "eligible_count = EXCLUDED.eligible_count, "
+                    "modified_at = EXCLUDED.modified_at"
+                ).format(
+                    self._table("conversation_heads"),
+                    sql.SQL(CONVERSATION_COLUMNS),
+                    sql.SQL(",".join(["%s"] * 8)),
+                ),
+                [
+                    conversation_values(r, key=key, time=time)
+                    for r in changes.conversations
+                ],
+            )
+
+    def replace_read_side(self, view: LedgerView) -> None:
+        """Replace every row with those of `view` (a rebuild), in one transaction."""
+        conversations, turns, folds = view.rows()
+        with (
+            self.datastore.get_connection() as conn,
+            conn.transaction(),
+            conn.cursor() as curs,
+        ):
+            for table in _READ_SIDE_TABLES:
+                curs.execute(sql.SQL("DELETE FROM {}").format(self._table(table)))
+            self._write_rows(
+                curs,
+                RowChanges(
+                    conversations=tuple(conversations),
+                    new_turns=tuple(turns),
+                    new_folds=tuple(folds),
+                ),
+            )
+
+    def _select(self, statement: sql.Composable, params: Sequence[Any]) -> list[Any]:
+        with self.datastore.get_connection() as conn, conn.cursor() as curs:
+            curs.execute(statement, params, prepare=True)
+            return list(curs.fetchall())
+
+    def conversations(self, ids: Collection[UUID]) -> dict[UUID, ConversationRow]:
+        if not ids:
+            return {}
+        rows = self._select(
+            sql.SQL("SELECT {} FROM {} WHERE conversation_id = ANY(%s)").format(
+                sql.SQL(CONVERSATION_COLUMNS), self._table("conversation_heads")
+            ),
+            (list(ids),),
+        )
+        decoded = [conversation_row(row) for row in rows]
+        return {row.conversation_id: row for row in decoded}
+
+    def conversations_of(self, owner_id: str) -> list[ConversationRow]:
+        return [
+            conversation_row(row)
+            for row in self._select(
+                sql.SQL(
+                    "SELECT {} FROM {} WHERE owner_id = %s "
+                    "ORDER BY created_at, conversation_id"
+                ).format(
+                    sql.SQL(CONVERSATION_COLUMNS), self._table("conversation_heads")
+                ),
+                (owner_id,),
+            )
+        ]
+
+    def turns_by_id(
+        self, conversation_id: UUID, turn_ids: Collection[str]
+    ) -> dict[str, TurnRow]:
+        if not turn_ids:
+            return {}
+        rows = self._select(
+            sql.SQL(
+                "SELECT {} FROM {} WHERE conversation_id = %s AND turn_id = ANY(%s)"
+            ).format(sql.SQL(TURN_COLUMNS), self._table("conversation_turns")),
+            (conversation_id, list(turn_ids)),
+        )
+        decoded = [turn_row(row) for row in rows]
+        return {row.turn_id: row for row in decoded}
+
+    def turns_page(
+        self, conversation_id: UUID, *, offset: int, limit: int, as_of: int
+    ) -> list[TurnRow]:
+        return [
+            turn_row(row)
+            for row in self._select(
+                sql.SQL(
+                    "SELECT {} FROM {} WHERE conversation_id = %s AND position >= %s "
+                    "AND position < %s AND version <= %s ORDER BY position"
+                ).format(sql.SQL(TURN_COLUMNS), self._table("conversation_turns")),
+                (conversation_id, offset, offset + limit, as_of),
+            )
+        ]
+
+    def eligible_newest_first(
+        self, conversation_id: UUID, *, below: int, above: int, as_of: int, limit: int
+    ) -> list[TurnRow]:
+        return [
+            turn_row(row)
+            for row in self._select(
+                sql.SQL(
+                    "SELECT {} FROM {} WHERE conversation_id = %s AND position < %s "
+                    "AND position > %s AND status = 'confirmed' AND version <= %s "
+                    "AND (deleted_version IS NULL OR deleted_version > %s) "
+                    "ORDER BY position DESC LIMIT %s"
+                ).format(sql.SQL(TURN_COLUMNS), self._table("conversation_turns")),
+                (conversation_id, min(below, 2**31 - 1), above, as_of, as_of, limit),
+            )
+        ]
+
+    def eligible_ids(
+        self, conversation_id: UUID, *, first: int, last: int, as_of: int
+    ) -> tuple[str, ...]:
+        return tuple(
+            row["turn_id"]
+            for row in self._select(
+                sql.SQL(
+                    "SELECT turn_id FROM {} WHERE conversation_id = %s "
+                    "AND position >= %s AND position <= %s AND status = 'confirmed' "
+                    "AND version <= %s "
+                    "AND (deleted_version IS NULL OR deleted_version > %s) "
+                    "ORDER BY position"
+                ).format(self._table("conversation_turns")),
+                (conversation_id, first, last, as_of, as_of),
+            )
+        )
+
+    def folds(self, conversation_id: UUID) -> list[FoldRow]:
+        return [
+            fold_row(row)
+            for row in self._select(
+                sql.SQL(
+                    "SELECT {} FROM {} WHERE conversation_id = %s ORDER BY version"
+                ).format(sql.SQL(FOLD_COLUMNS), self._table("conversation_folds")),
+                (conversation_id,),
+            )
+        ]
+
+    def undeleted_turns(self, conversation_id: UUID) -> list[TurnRow]:
+        return [
+            turn_row(row)
+            for row in self._select(
+                sql.SQL(
+                    "SELECT {} FROM {} WHERE conversation_id = %s "
+                    "AND deleted_version IS NULL ORDER BY position"
+                ).format(sql.SQL(TURN_COLUMNS), self._table("conversation_turns")),
+                (conversation_id,),
+            )
+        ]
+
+    def read_side_is_empty(self) -> bool:
+        return not self._select(
+            sql.SQL("SELECT 1 FROM {} LIMIT 1").format(
+                self._table("conversation_heads")
+            ),
+            (),
+        )
+
+    def read_side_rows(
+        self,
+    ) -> tuple[list[ConversationRow], list[TurnRow], list[FoldRow]]:
+        def every(columns: str, table: str) -> list[Any]:
+            return self._select(
+                sql.SQL("SELECT {} FROM {}").format(
+                    sql.SQL(columns), self._table(table)
+                ),
+                (),
+            )
+
+        return (
+            [
+                conversation_row(r)
+                for r in every(CONVERSATION_COLUMNS, "conversation_heads")
+            ],
+            [turn_row(r) for r in every(TURN_COLUMNS, "conversation_turns")],
+            [fold_row(r) for r in every(FOLD_COLUMNS, "conversation_folds")],
+        )
+
+
+class PostgresReadSideFactory(PostgresFactory):
+    application_recorder_class = PostgresReadSideRecorder

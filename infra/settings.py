@@ -16,7 +16,6 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from turnledger.domain.application import DEFAULT_SNAPSHOT_INTERVAL
 from turnledger.domain.text import DEFAULT_MAX_TURN_BYTES
 from turnledger.projections.formats import WireFormatName
 from turnledger.projections.policy import (
@@ -59,9 +58,6 @@ class Settings(BaseSettings):
     master_key_file: Path | None = None
 
     max_turn_bytes: PositiveInt = DEFAULT_MAX_TURN_BYTES
-    snapshot_interval: PositiveInt = DEFAULT_SNAPSHOT_INTERVAL
-    # Conversations kept in memory for queries (0: none); see docs/window.md.
-    query_cache_size: NonNegativeInt = 0
 
     # The request window (projections/policy.py documents each limit).
     window_format: WireFormatName = "openai-chat"
@@ -107,8 +103,6 @@ class Settings(BaseSettings):
     http_max_body_bytes: PositiveInt = 8 * 1_048_576
     sync_max_wait_seconds: PositiveFloat = 30.0
     sync_poll_interval_seconds: PositiveFloat = 0.05
-    # Conversations the service keeps in memory between requests (0: none).
-    http_aggregate_cache_size: NonNegativeInt = 1000
 
     @model_validator(mode="after")
     def _check_cross_field_rules(self) -> Self:

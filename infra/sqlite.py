@@ -4,14 +4,35 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 from uuid import UUID
 
-from eventsourcing.persistence import Tracking
+from eventsourcing.persistence import StoredEvent, Tracking
+from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteCursor, SQLiteFactory
 
 from turnledger.domain.errors import TurnDeletedError
 from turnledger.infra.keystore import KeyStore
+from turnledger.infra.read_side_sql import (
+    CONVERSATION_COLUMNS,
+    FOLD_COLUMNS,
+    TURN_COLUMNS,
+    conversation_row,
+    conversation_values,
+    fold_row,
+    fold_values,
+    turn_row,
+    turn_values,
+)
+from turnledger.projections.ledger_rows import (
+    ConversationRow,
+    FoldRow,
+    RowChanges,
+    TurnRow,
+)
+from turnledger.projections.read_side import LedgerView
 
 _SCHEMA = [
     """
@@ -185,3 +206,282 @@ class SQLiteKeyStore(KeyStore):
 
 def _chunks(items: list[str], size: int = 500) -> list[list[str]]:
     return [items[start : start + size] for start in range(0, len(items), size)]
+
+
+# The read side, in the event log's own file -----------------------------------
+
+_READ_SIDE_SCHEMA = [
+    """
+    CREATE TABLE IF NOT EXISTS conversation_heads (
+        conversation_id TEXT PRIMARY KEY,
+        owner_id TEXT NOT NULL,
+        version INTEGER NOT NULL,
+        head_digest TEXT NOT NULL,
+        turn_count INTEGER NOT NULL,
+        eligible_count INTEGER NOT NULL,
+        created_at TEXT NOT NULL,
+        modified_at TEXT NOT NULL
+    ) WITHOUT ROWID
+    """,
+    "CREATE INDEX IF NOT EXISTS conversation_heads_by_owner "
+    "ON conversation_heads (owner_id, created_at)",
+    """
+    CREATE TABLE IF NOT EXISTS conversation_turns (
+        conversation_id TEXT NOT NULL,
+        position INTEGER NOT NULL,
+        turn_id TEXT NOT NULL,
+        status TEXT NOT NULL,
+        version INTEGER NOT NULL,
+        recorded_at TEXT NOT NULL,
+        question_json_bytes INTEGER,
+        answer_json_bytes INTEGER,
+        question_chars INTEGER,
+        answer_chars INTEGER,
+        deleted_version INTEGER,
+        deleted_at TEXT,
+        PRIMARY KEY (conversation_id, position),
+        UNIQUE (conversation_id, turn_id)
+    ) WITHOUT ROWID
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS conversation_folds (
+        conversation_id TEXT NOT NULL,
+        fold_id TEXT NOT NULL,
+        version INTEGER NOT NULL,
+        recorded_at TEXT NOT NULL,
+        covers_through_turn_id TEXT NOT NULL,
+        covers_through_position INTEGER NOT NULL,
+        covered_turns INTEGER NOT NULL,
+        covered_eligible INTEGER NOT NULL,
+        summary_json_bytes INTEGER,
+        summary_chars INTEGER,
+        withdrawn_version INTEGER,
+        PRIMARY KEY (conversation_id, fold_id)
+    ) WITHOUT ROWID
+    """,
+]
+_READ_SIDE_TABLES = ("conversation_heads", "conversation_turns", "conversation_folds")
+
+
+def _hex(conversation_id: UUID) -> str:
+    return conversation_id.hex
+
+
+def _iso(at: datetime) -> str:
+    return at.isoformat()
+
+
+class SQLiteReadSideRecorder(SQLiteApplicationRecorder):
+    """The library's SQLite recorder, writing the read side with the events."""
+
+    def construct_create_table_statements(self) -> list[str]:
+        return [*super().construct_create_table_statements(), *_READ_SIDE_SCHEMA]
+
+    def _insert_events(
+        self, c: SQLiteCursor, stored_events: Sequence[StoredEvent], **kwargs: Any
+    ) -> Sequence[int] | None:
+        ids = super()._insert_events(c, stored_events, **kwargs)
+        changes: RowChanges | None = kwargs.get("read_side")
+        if changes is not None:
+            self._write_rows(c, changes)
+        return ids
+
+    def _write_rows(self, c: SQLiteCursor, changes: RowChanges) -> None:
+        key, time = _hex, _iso
+        if changes.new_turns:
+            c.executemany(
+                f"INSERT INTO conversation_turns ({TURN_COLUMNS}) "
+                f"VALUES ({','.join('?' * 12)})",
+                [turn_values(t, key=key, time=time) for t in changes.new_turns],
+            )
+        for deletion in changes.deletions:
+            c.execute(
+                "UPDATE conversation_turns SET deleted_version = ?, deleted_at = ?, "
+                "question_json_bytes = NULL, answer_json_bytes = NULL, "
+                "question_chars = NULL, answer_chars = NULL "
+                "WHERE conversation_id = ? AND turn_id = ?",
+                (
+                    deletion.deleted_version,
+                    time(deletion.deleted_at),
+                    key(deletion.conversation_id),
+                    deletion.turn_id,
+                ),
+            )
+        if changes.new_folds:
+            c.executemany(
+                f"INSERT INTO conversation_folds ({FOLD_COLUMNS}) "
+                f"VALUES ({','.join('?' * 11)})",
+                [fold_values(f, key=key, time=time) for f in changes.new_folds],
+            )
+        for withdrawal in changes.withdrawals:
+            c.execute(
+                "UPDATE conversation_folds SET withdrawn_version = ?, "
+                "summary_json_bytes = NULL, summary_chars = NULL "
+                "WHERE conversation_id = ? AND fold_id = ?",
+                (
+                    withdrawal.withdrawn_version,
+                    key(withdrawal.conversation_id),
+                    withdrawal.fold_id,
+                ),
+            )
+        if changes.conversations:
+            c.executemany(
+                f"INSERT OR REPLACE INTO conversation_heads ({CONVERSATION_COLUMNS}) "
+                f"VALUES ({','.join('?' * 8)})",
+                [
+                    conversation_values(r, key=key, time=time)
+                    for r in changes.conversations
+                ],
+            )
+
+    def replace_read_side(self, view: LedgerView) -> None:
+        """Replace every row with those of `view` (a rebuild), in one transaction."""
+        conversations, turns, folds = view.rows()
+        with self.datastore.transaction(commit=True) as c:
+            for table in _READ_SIDE_TABLES:
+                c.execute(f"DELETE FROM {table}")  # noqa: S608 - fixed names
+            self._write_rows(
+                c,
+                RowChanges(
+                    conversations=tuple(conversations),
+                    new_turns=tuple(turns),
+                    new_folds=tuple(folds),
+                ),
+            )
+
+    def _select(self, statement: str, params: Sequence[Any]) -> list[Any]:
+        with self.datastore.transaction(commit=False) as c:
+            c.execute(statement, params)
+            return list(c.fetchall())
+
+    def conversations(self, ids: Collection[UUID]) -> dict[UUID, ConversationRow]:
+        found: dict[UUID, ConversationRow] = {}
+        for chunk in _chunks([i.hex for i in ids]):
+            for row in self._select(
+                f"SELECT {CONVERSATION_COLUMNS} FROM conversation_heads "
+                f"WHERE conversation_id IN ({','.join('?' * len(chunk))})",
+                chunk,
+            ):
+                decoded = conversation_row(row)
+                found[decoded.conversation_id] = decoded
+        return found
+
+    def conversations_of(self, owner_id: str) -> list[ConversationRow]:
+        return [
+            conversation_row(row)
+            for row in self._select(
+                f"SELECT {CONVERSATION_COLUMNS} FROM conversation_heads "
+                "WHERE owner_id = ? ORDER BY created_at, conversation_id",
+                (owner_id,),
+            )
+        ]
+
+    def turns_by_id(
+        self, conversation_id: UUID, turn_ids: Collection[str]
+    ) -> dict[str, TurnRow]:
+        found: dict[str, TurnRow] = {}
+        for chunk in _chunks(list(turn_ids)):
+            for row in self._select(
+                f"SELECT {TURN_COLUMNS} FROM conversation_turns "
+                "WHERE conversation_id = ? "
+                f"AND turn_id IN ({','.join('?' * len(chunk))})",
+                (conversation_id.hex, *chunk),
+            ):
+                decoded = turn_row(row)
+                found[decoded.turn_id] = decoded
+        return found
+
+    def turns_page(
+        self, conversation_id: UUID, *, offset: int, limit: int, as_of: int
+    ) -> list[TurnRow]:
+        return [
+            turn_row(row)
+            for row in self._select(
+                f"SELECT {TURN_COLUMNS} FROM conversation_turns "
+                "WHERE conversation_id = ? AND position >= ? AND position < ? "
+                "AND version <= ? ORDER BY position",
+                (conversation_id.hex, offset, offset + limit, as_of),
+            )
+        ]
+
+    def eligible_newest_first(
+        self, conversation_id: UUID, *, below: int, above: int, as_of: int, limit: int
+    ) -> list[TurnRow]:
+        return [
+            turn_row(row)
+            for row in self._select(
+                f"SELECT {TURN_COLUMNS} FROM conversation_turns "
+                "WHERE conversation_id = ? AND position < ? AND position > ? "
+                "AND status = 'confirmed' AND version <= ? "
+                "AND (deleted_version IS NULL OR deleted_version > ?) "
+                "ORDER BY position DESC LIMIT ?",
+                (conversation_id.hex, below, above, as_of, as_of, limit),
+            )
+        ]
+
+    def eligible_ids(
+        self, conversation_id: UUID, *, first: int, last: int, as_of: int
+    ) -> tuple[str, ...]:
+        return tuple(
+            row["turn_id"]
+            for row in self._select(
+                "SELECT turn_id FROM conversation_turns "
+                "WHERE conversation_id = ? AND position >= ? AND position <= ? "
+                "AND status = 'confirmed' AND version <= ? "
+                "AND (deleted_version IS NULL OR deleted_version > ?) "
+                "ORDER BY position",
+                (conversation_id.hex, first, last, as_of, as_of),
+            )
+        )
+
+    def folds(self, conversation_id: UUID) -> list[FoldRow]:
+        return [
+            fold_row(row)
+            for row in self._select(
+                f"SELECT {FOLD_COLUMNS} FROM conversation_folds "
+                "WHERE conversation_id = ? ORDER BY version",
+                (conversation_id.hex,),
+            )
+        ]
+
+    def undeleted_turns(self, conversation_id: UUID) -> list[TurnRow]:
+        return [
+            turn_row(row)
+            for row in self._select(
+                f"SELECT {TURN_COLUMNS} FROM conversation_turns "
+                "WHERE conversation_id = ? AND deleted_version IS NULL "
+                "ORDER BY position",
+                (conversation_id.hex,),
+            )
+        ]
+
+    def read_side_is_empty(self) -> bool:
+        return not self._select("SELECT 1 FROM conversation_heads LIMIT 1", ())
+
+    def read_side_rows(
+        self,
+    ) -> tuple[list[ConversationRow], list[TurnRow], list[FoldRow]]:
+        return (
+            [
+                conversation_row(row)
+                for row in self._select(
+                    f"SELECT {CONVERSATION_COLUMNS} FROM conversation_heads", ()
+                )
+            ],
+            [
+                turn_row(row)
+                for row in self._select(
+                    f"SELECT {TURN_COLUMNS} FROM conversation_turns", ()
+                )
+            ],
+            [
+                fold_row(row)
+                for row in self._select(
+                    f"SELECT {FOLD_COLUMNS} FROM conversation_folds", ()
+                )
+            ],
+        )
+
+
+class SQLiteReadSideFactory(SQLiteFactory):
+    application_recorder_class = SQLiteReadSideRecorder

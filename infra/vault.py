@@ -20,6 +20,7 @@ from uuid import UUID
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from turnledger.domain.ports import NewKey
 from turnledger.infra.keystore import KeyStore
 
 _FORMAT = b"\x01"  # leading byte of every sealed text: the sealing scheme's version
@@ -76,8 +77,43 @@ class KeyVault:
         self._keys = key_store
         self._master = AESGCM(master_key)
 
+    def new_data_key(
+        self, conversation_id: UUID, key_id: str
+    ) -> tuple[bytes, NewKey | None]:
+        if not self._keys.keys_with_events:
+            # Stored now, in the key store's own transaction, before the event:
+            # a key without its event is harmless (a retry seals under it
+            # again), an event without its key would be unreadable.
+            return self._data_key(conversation_id, key_id), None
+        data_key, wrapped = self._fresh_key(conversation_id, key_id)
+        return data_key, NewKey(conversation_id, key_id, wrapped)
+
+    def _fresh_key(self, conversation_id: UUID, key_id: str) -> tuple[bytes, bytes]:
+        data_key = AESGCM.generate_key(bit_length=256)
+        nonce = os.urandom(_NONCE_BYTES)
+        wrapped = nonce + self._master.encrypt(
+            nonce, data_key, _key_context(conversation_id, key_id)
+        )
+        return data_key, wrapped
+
     def seal(self, conversation_id: UUID, turn_id: str, field: str, text: str) -> bytes:
-        data_key = self._data_key(conversation_id, turn_id)
+        """Seal under the turn's stored key, creating and storing it if needed."""
+        return self.seal_with(
+            self._data_key(conversation_id, turn_id),
+            conversation_id,
+            turn_id,
+            field,
+            text,
+        )
+
+    def seal_with(
+        self,
+        data_key: bytes,
+        conversation_id: UUID,
+        turn_id: str,
+        field: str,
+        text: str,
+    ) -> bytes:
         nonce = os.urandom(_NONCE_BYTES)
         sealed = AESGCM(data_key).encrypt(
             nonce, text.encode("utf-8"), _text_context(conversation_id, turn_id, field)
@@ -120,11 +156,7 @@ class KeyVault:
     def _data_key(self, conversation_id: UUID, turn_id: str) -> bytes:
         # Wrap a fresh key; the store keeps the first one written, so a retry
         # (or a racing writer) of the same turn seals under the same key.
-        candidate = AESGCM.generate_key(bit_length=256)
-        nonce = os.urandom(_NONCE_BYTES)
-        wrapped = nonce + self._master.encrypt(
-            nonce, candidate, _key_context(conversation_id, turn_id)
-        )
+        _, wrapped = self._fresh_key(conversation_id, turn_id)
         stored = self._keys.put_if_absent(conversation_id, turn_id, wrapped)
         return self._unwrap(conversation_id, turn_id, stored)
 

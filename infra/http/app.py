@@ -46,9 +46,7 @@ def create_app(
     """
     owned_ledger = ledger is None
     owned_registry = registry is None
-    ledger = ledger or open_conversations(
-        settings, aggregate_cache_size=settings.http_aggregate_cache_size
-    )
+    ledger = ledger or open_conversations(settings)
     registry = registry or open_device_registry(settings)
     service = Service(
         settings=settings,

@@ -98,7 +98,7 @@ def get_conversation(
     return ConversationOut(
         conversation_id=conversation.id,
         version=conversation.version,
-        total_turns=len(conversation.turns),
+        total_turns=conversation.turn_count,
     )
 
 

@@ -124,6 +124,24 @@ class RawEvents:
             ),
         )
 
+    def edit_read_side(self, statement: str, params: tuple[Any, ...]) -> None:
+        """Run SQL on the read side; TURNS, HEADS and FOLDS name its tables."""
+        names = {
+            "TURNS": "conversation_turns",
+            "HEADS": "conversation_heads",
+            "FOLDS": "conversation_folds",
+        }
+        if self.kind == "sqlite":
+            for placeholder, table in names.items():
+                statement = statement.replace(placeholder, table)
+            self._sqlite.execute(statement.replace("%s", "?"), params)
+            self._sqlite.commit()
+            return
+        schema = self._table.as_string(self._postgres).split(".")[0]
+        for placeholder, table in names.items():
+            statement = statement.replace(placeholder, f"{schema}.{table}")
+        self._postgres.execute(statement.encode(), params)
+
     def close(self) -> None:
         if self.kind == "sqlite":
             self._sqlite.close()

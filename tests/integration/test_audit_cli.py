@@ -14,7 +14,6 @@ from tests.integration.test_audit import _environment, run_turns
 from turnledger.domain.application import Conversations
 from turnledger.infra.cli import main
 from turnledger.infra.persistence import open_conversations
-from turnledger.infra.readmodels import READ_MODELS
 from turnledger.infra.settings import Settings
 
 SQL_STORES = pytest.mark.parametrize(
@@ -101,21 +100,33 @@ def test_history_prints_a_past_version_with_later_deletions_kept(
 
 
 @SQL_STORES
-def test_rebuild_drops_and_rebuilds_then_resumes_an_interrupted_one(
+def test_rebuild_finds_a_tampered_read_side_and_replaces_it_from_the_log(
     configured: Settings, capsys: pytest.CaptureFixture[str]
 ) -> None:
     conversation_id = _seed(configured)
-    assert main(["rebuild"]) == 0
-    assert "conversation_index: rebuilt up to position" in capsys.readouterr().out
-    store = READ_MODELS["conversation_index"](configured)
+    assert main(["rebuild", "--check"]) == 0
+    assert "read side matches the log" in capsys.readouterr().out
+    raw = RawEvents(configured)
     try:
-        assert store.conversations_of("alice") == [conversation_id]  # type: ignore[attr-defined]
-        store.reset()  # as if a rebuild had been interrupted at its start
+        raw.edit_read_side(
+            "UPDATE HEADS SET owner_id = %s WHERE conversation_id = %s",
+            ("mallory", conversation_id.hex if raw.kind == "sqlite" else conversation_id),
+        )
+        raw.edit_read_side("DELETE FROM TURNS WHERE turn_id = %s", ("t1",))
     finally:
-        store.close()
-    assert main(["rebuild", "conversation_index"]) == 0
-    assert "resuming" in capsys.readouterr().out
-    assert main(["rebuild", "nonsense"]) == 1
+        raw.close()
+    assert main(["rebuild", "--check"]) == 1
+    out = capsys.readouterr().out
+    assert "mallory" in out and "2 rows differ from the log" in out
+    assert main(["rebuild"]) == 0
+    assert "2 rows had differed" in capsys.readouterr().out
+    assert main(["rebuild", "--check"]) == 0
+    ledger = open_conversations(configured)
+    try:
+        page = ledger.get_history("alice", conversation_id)
+        assert [item.turn_id for item in page.items][:1] == ["t1"]
+    finally:
+        ledger.close()
 
 
 @SQL_STORES

@@ -1,0 +1,97 @@
+"""What the ledger's commands and queries return: immutable values."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+from turnledger.domain.conversation import TurnStatus
+from turnledger.domain.purge import PurgeReport
+from turnledger.domain.receipt import WindowReceipt
+
+if TYPE_CHECKING:
+    from turnledger.projections.window import Window
+
+MAX_HISTORY_PAGE = 500
+
+
+@dataclass(frozen=True, slots=True)
+class TurnReceipt:
+    """Result of recording a turn; a retried request returns the same receipt."""
+
+    conversation_id: UUID
+    turn_id: str
+    status: TurnStatus
+    version: int
+    recorded_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryItem:
+    """A turn as the owner sees it; text is None once the turn is deleted."""
+
+    position: int
+    turn_id: str
+    status: TurnStatus
+    recorded_at: datetime
+    deleted_at: datetime | None
+    question: str | None
+    answer: str | None
+
+    @property
+    def deleted(self) -> bool:
+        return self.deleted_at is not None
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryPage:
+    conversation_id: UUID
+    version: int
+    total_turns: int
+    items: tuple[HistoryItem, ...]
+    next_offset: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class DeletionReceipt:
+    conversation_id: UUID
+    deleted_turn_ids: tuple[str, ...]
+    version: int
+    purge: PurgeReport | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectedWindow:
+    """A window plus the ledger version it was derived from.
+
+    Pass it to `confirm_turn(..., window=...)` with the answer it produced to
+    keep its receipt. The question and system instructions are held here, in
+    memory, only to check that pairing and to seal the instructions.
+    """
+
+    conversation_id: UUID
+    ledger_version: int
+    window: Window
+    question: str = field(default="", repr=False)
+    system: str = field(default="", repr=False)
+    policy: dict[str, Any] = field(default_factory=dict)
+
+    def receipt(self) -> WindowReceipt:
+        """The content-free receipt of this window."""
+        return WindowReceipt.of_body(
+            policy=self.policy,
+            ledger_version=self.ledger_version,
+            turn_ids=self.window.kept_turn_ids,
+            body=self.window.body,
+            fold_id=self.window.fold_id if self.window.fold_sent else None,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class FoldReceipt:
+    conversation_id: UUID
+    fold_id: str
+    covers_through_turn_id: str
+    version: int

@@ -1,0 +1,99 @@
+"""Rebuilding the read side from the log, and upgrading a first-release store."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Protocol
+
+from turnledger.domain.application import Conversations
+from turnledger.domain.chain import ChainFormatError, read_link
+from turnledger.projections.ledger_rows import ConversationRow, FoldRow, TurnRow
+from turnledger.projections.log_replay import replay_events
+from turnledger.projections.read_side import LedgerView
+
+_PAGE = 1000
+
+
+Rows = tuple[list[ConversationRow], list[TurnRow], list[FoldRow]]
+
+
+class RebuildableReadSide(Protocol):
+    def replace_read_side(self, view: LedgerView) -> None: ...
+
+    def read_side_is_empty(self) -> bool: ...
+
+    def read_side_rows(self) -> Rows: ...
+
+
+def live_rows(ledger: Conversations) -> Rows:
+    """Every row of the store's read side."""
+    recorder: RebuildableReadSide = ledger.recorder  # type: ignore[assignment]
+    return recorder.read_side_rows()
+
+
+def compare_read_sides(live: Rows, replayed: Rows) -> list[str]:
+    """What differs between two read sides, one line per row (empty: equal)."""
+    differences = []
+    for name, key, mine, theirs in (
+        ("conversation", lambda r: r.conversation_id, live[0], replayed[0]),
+        ("turn", lambda r: (r.conversation_id, r.position), live[1], replayed[1]),
+        ("fold", lambda r: (r.conversation_id, r.fold_id), live[2], replayed[2]),
+    ):
+        left = {key(row): row for row in mine}
+        right = {key(row): row for row in theirs}
+        for identity in sorted(left.keys() | right.keys(), key=str):
+            if left.get(identity) != right.get(identity):
+                differences.append(
+                    f"{name} {identity}: live {left.get(identity)!r}, "
+                    f"log {right.get(identity)!r}"
+                )
+    return differences
+
+
+def replay_log(
+    ledger: Conversations, *, progress: Callable[[int], None] | None = None
+) -> LedgerView:
+    """The read side as the log alone defines it (nothing is written)."""
+    return replay_events(_pages(ledger, progress), ledger.vault.open_many)
+
+
+def rebuild_read_side(
+    ledger: Conversations, *, progress: Callable[[int], None] | None = None
+) -> LedgerView:
+    """Replace the read side's rows with those replayed from the log."""
+    view = replay_log(ledger, progress=progress)
+    recorder: Any = ledger.recorder
+    recorder.replace_read_side(view)
+    return view
+
+
+def upgrade_if_needed(ledger: Conversations) -> bool:
+    """Build the read side of a store written before it existed; True if built."""
+    recorder: Any = ledger.recorder
+    if recorder.read_side_is_empty() and ledger.recorder.max_notification_id():
+        rebuild_read_side(ledger)
+        return True
+    return False
+
+
+def _pages(
+    ledger: Conversations, progress: Callable[[int], None] | None
+) -> Iterator[Sequence[tuple[Any, str]]]:
+    start = 0
+    while True:
+        page = ledger.recorder.select_notifications(
+            start, _PAGE, inclusive_of_start=False
+        )
+        if not page:
+            return
+        decoded = []
+        for notification in page:
+            try:
+                digest = read_link(notification).recorded_digest
+            except ChainFormatError:
+                digest = ""  # the audit reports it; the read side still follows
+            decoded.append((ledger.mapper.to_domain_event(notification), digest))
+        yield decoded
+        if progress is not None:
+            progress(len(page))
+        start = page[-1].id

@@ -1,0 +1,108 @@
+"""Derive the read side from the log alone: what `turnledger rebuild` writes,
+what an audit compares with, and how a store of the first release is upgraded.
+
+The log is read in pages in commit order. Each turn's sizes are measured again
+from its text (decrypted in one call per page and conversation), because
+events do not record them; a turn whose key is gone (deleted) has none, and
+needs none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+from uuid import UUID
+
+from turnledger.domain.conversation import Conversation, TurnSizes, fold_key_id
+from turnledger.domain.text import TextMetrics
+from turnledger.projections.ledger_rows import SummarySize, TurnRow, project_events
+from turnledger.projections.read_side import LedgerView
+
+# (conversation id, [(key id, field, sealed)]) -> texts, None where the key is gone
+OpenTexts = Callable[[UUID, Sequence[tuple[str, str, bytes]]], list[str | None]]
+
+
+def replay_events(
+    pages: Iterable[Sequence[tuple[Any, str]]],
+    open_texts: OpenTexts,
+    view: LedgerView | None = None,
+) -> LedgerView:
+    """Apply (domain event, chain digest) pairs, page by page, to a view."""
+    view = view or LedgerView()
+    for page in pages:
+        sizes = _measure(page, open_texts)
+        for domain_event, digest in page:
+            conversation_id = domain_event.originator_id
+            head = view.conversations([conversation_id]).get(conversation_id)
+            view.apply(
+                project_events(
+                    head=head,
+                    events=[domain_event],
+                    digests=[digest],
+                    sizes=sizes.get(conversation_id, {}),
+                    known_turns=_turns_named(view, domain_event),
+                )
+            )
+    return view
+
+
+def _turns_named(view: LedgerView, domain_event: Any) -> dict[str, TurnRow]:
+    conversation_id = domain_event.originator_id
+    if isinstance(domain_event, Conversation.HistoryDeleted):
+        return view.turns_by_id(conversation_id, domain_event.turn_ids)
+    if isinstance(domain_event, Conversation.FoldRecorded):
+        return view.turns_by_id(conversation_id, [domain_event.covers_through_turn_id])
+    return {}
+
+
+def _measure(
+    page: Sequence[tuple[Any, str]], open_texts: OpenTexts
+) -> dict[UUID, dict[str, TurnSizes | SummarySize]]:
+    items: dict[UUID, list[tuple[str, str, bytes]]] = {}
+    for domain_event, _ in page:
+        conversation_id = domain_event.originator_id
+        if isinstance(
+            domain_event, Conversation.TurnConfirmed | Conversation.TurnAbandoned
+        ):
+            items.setdefault(conversation_id, []).extend(
+                [
+                    (domain_event.turn_id, "question", domain_event.sealed_question),
+                    (domain_event.turn_id, "answer", domain_event.sealed_answer),
+                ]
+            )
+        elif isinstance(domain_event, Conversation.FoldRecorded):
+            items.setdefault(conversation_id, []).append(
+                (
+                    fold_key_id(domain_event.fold_id),
+                    "summary",
+                    domain_event.sealed_summary,
+                )
+            )
+    sizes: dict[UUID, dict[str, TurnSizes | SummarySize]] = {}
+    for conversation_id, wanted in items.items():
+        opened = dict(
+            zip(
+                ((key_id, field) for key_id, field, _ in wanted),
+                open_texts(conversation_id, wanted),
+                strict=True,
+            )
+        )
+        found = sizes.setdefault(conversation_id, {})
+        for (key_id, field), text in opened.items():
+            if text is None:
+                continue
+            if field == "summary":
+                metrics = TextMetrics.of(text)
+                found[key_id] = SummarySize(metrics.json_bytes, metrics.chars)
+            elif field == "question":
+                answer = opened.get((key_id, "answer"))
+                if answer is not None:
+                    question_metrics = TextMetrics.of(text)
+                    answer_metrics = TextMetrics.of(answer)
+                    found[key_id] = TurnSizes(
+                        question_json_bytes=question_metrics.json_bytes,
+                        answer_json_bytes=answer_metrics.json_bytes,
+                        question_chars=question_metrics.chars,
+                        answer_chars=answer_metrics.chars,
+                    )
+    return sizes

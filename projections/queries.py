@@ -1,0 +1,511 @@
+"""Queries: history pages, request windows and folds, from the read side.
+
+Nothing here loads an aggregate. A query reads the conversation's row first;
+its version is the version every later read is pinned to ("as of"), so the
+turns a window keeps and the version its receipt names always agree, however
+many writes land meanwhile. Only the texts of the turns a query returns are
+read (from their events) and decrypted. A turn deleted after the pinned
+version has lost its key: the query then starts again at the new head.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+from uuid import UUID
+
+from turnledger.domain.conversation import Conversation, TurnStatus, fold_key_id
+from turnledger.domain.errors import (
+    ConversationNotFoundError,
+    InvalidInputError,
+    TextUnavailableError,
+)
+from turnledger.domain.ports import TextVault
+from turnledger.domain.receipt import receipt_policy
+from turnledger.domain.results import (
+    MAX_HISTORY_PAGE,
+    HistoryItem,
+    HistoryPage,
+    ProjectedWindow,
+)
+from turnledger.domain.text import check_identifier, check_text
+from turnledger.projections.ledger_rows import ConversationRow, FoldRow, TurnRow
+from turnledger.projections.policy import WindowPolicy
+from turnledger.projections.read_side import ReadSide, current_fold
+from turnledger.projections.tokens import (
+    CHAR_ESTIMATE,
+    CharEstimate,
+    TokenCounter,
+    char_estimate,
+    needs_trim_by_chars,
+)
+from turnledger.projections.window import (
+    DroppedSpan,
+    DroppedTurns,
+    MessageSize,
+    PairCandidate,
+    Window,
+    WindowTurn,
+    build_window,
+    frame_request,
+    measure_pair,
+    plan_in_frame,
+    prepare_fold,
+    resolve_policy,
+)
+
+logger = logging.getLogger("turnledger.window")
+
+# A deletion committed while a query reads makes it start again at the new head.
+_READ_ATTEMPTS = 5
+# Turns fetched per step of a walk back from the newest: small first (most
+# windows stop early), doubling up to the largest.
+_FIRST_CHUNK = 32
+_LARGEST_CHUNK = 1024
+
+
+class EventReader(Protocol):
+    def get(
+        self, originator_id: UUID, *, gt: int | None = None, lte: int | None = None
+    ) -> Any: ...
+
+
+@dataclass(frozen=True, slots=True)
+class FoldStatus:
+    """Whether the turns after the current fold call for a new one.
+
+    `unfolded_tokens` is the char/4 estimate of the eligible turns after the
+    fold, counted from the newest back until the threshold is passed (so it is
+    exact when `due` is false, and a lower bound when it is true).
+    """
+
+    fold_id: str | None
+    covers_through_turn_id: str | None
+    unfolded_tokens: int
+    threshold_tokens: int
+    due: bool
+
+
+class ConversationQueries:
+    def __init__(
+        self, *, read_side: ReadSide, events: EventReader, vault: TextVault
+    ) -> None:
+        self.read_side = read_side
+        self.events = events
+        self.vault = vault
+
+    # Conversations and history -------------------------------------------------
+
+    def get_conversation(self, owner_id: str, conversation_id: UUID) -> ConversationRow:
+        check_identifier("owner_id", owner_id)
+        if not isinstance(conversation_id, UUID):
+            raise InvalidInputError("conversation_id", "expected a UUID")
+        row = self.read_side.conversations([conversation_id]).get(conversation_id)
+        # Somebody else's conversation is answered exactly like a missing one.
+        if row is None or row.owner_id != owner_id:
+            raise ConversationNotFoundError(conversation_id)
+        return row
+
+    def get_history(
+        self, owner_id: str, conversation_id: UUID, *, offset: int = 0, limit: int = 50
+    ) -> HistoryPage:
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise InvalidInputError("offset", "must be a non-negative integer")
+        if (
+            isinstance(limit, bool)
+            or not isinstance(limit, int)
+            or not (1 <= limit <= MAX_HISTORY_PAGE)
+        ):
+            raise InvalidInputError(
+                "limit", f"must be an integer from 1 to {MAX_HISTORY_PAGE}"
+            )
+        head = self.get_conversation(owner_id, conversation_id)
+        rows = self.read_side.turns_page(
+            head.conversation_id, offset=offset, limit=limit, as_of=head.version
+        )
+        end = offset + len(rows)
+        return HistoryPage(
+            conversation_id=head.conversation_id,
+            version=head.version,
+            total_turns=head.turn_count,
+            items=self.history_items(head.conversation_id, rows),
+            next_offset=end if end < head.turn_count else None,
+        )
+
+    def history_items(
+        self, conversation_id: UUID, rows: Sequence[TurnRow]
+    ) -> tuple[HistoryItem, ...]:
+        """These turns as the owner sees them: text for live turns, else None.
+
+        A turn whose key is gone is shown as deleted, with the deletion's time
+        read again from the read side (it was deleted while we read).
+        """
+        texts = self.open_texts(conversation_id, [r for r in rows if not r.deleted])
+        missing = [
+            r.turn_id for r in rows if not r.deleted and texts[r.turn_id] is None
+        ]
+        fresh = self.read_side.turns_by_id(conversation_id, missing) if missing else {}
+        items = []
+        for row in rows:
+            row = fresh.get(row.turn_id, row)
+            text = None if row.deleted else texts.get(row.turn_id)
+            items.append(
+                HistoryItem(
+                    position=row.position,
+                    turn_id=row.turn_id,
+                    status=row.status,
+                    recorded_at=row.recorded_at,
+                    deleted_at=row.deleted_at,
+                    question=None if text is None else text[0],
+                    answer=None if text is None else text[1],
+                )
+            )
+        return tuple(items)
+
+    # Texts --------------------------------------------------------------------
+
+    def open_texts(
+        self, conversation_id: UUID, rows: Sequence[TurnRow]
+    ) -> dict[str, tuple[str, str] | None]:
+        """Decrypt these turns' texts from their events; None where the key is gone."""
+        if not rows:
+            return {}
+        wanted = {row.turn_id for row in rows}
+        versions = [row.version for row in rows]
+        items: list[tuple[str, str, bytes]] = []
+        for recorded in self.events.get(
+            conversation_id, gt=min(versions) - 1, lte=max(versions)
+        ):
+            turn_id = getattr(recorded, "turn_id", None)
+            if turn_id in wanted and isinstance(
+                recorded, Conversation.TurnConfirmed | Conversation.TurnAbandoned
+            ):
+                items.append((turn_id, "question", recorded.sealed_question))
+                items.append((turn_id, "answer", recorded.sealed_answer))
+        opened = self.vault.open_many(conversation_id, items)
+        texts: dict[str, tuple[str, str] | None] = dict.fromkeys(wanted)
+        for index in range(0, len(items), 2):
+            question, answer = opened[index], opened[index + 1]
+            if question is not None and answer is not None:
+                texts[items[index][0]] = (question, answer)
+        return texts
+
+    def read_texts(
+        self, conversation_id: UUID, rows: Sequence[TurnRow]
+    ) -> dict[str, tuple[str, str]]:
+        """Like `open_texts`, but a turn without its key is an error."""
+        texts: dict[str, tuple[str, str]] = {}
+        for turn_id, text in self.open_texts(conversation_id, rows).items():
+            if text is None:
+                raise TextUnavailableError(conversation_id, turn_id)
+            texts[turn_id] = text
+        return texts
+
+    def read_fold(self, conversation_id: UUID, fold: FoldRow) -> str:
+        (recorded,) = self.events.get(
+            conversation_id, gt=fold.version - 1, lte=fold.version
+        )
+        key_id = fold_key_id(fold.fold_id)
+        (summary,) = self.vault.open_many(
+            conversation_id, [(key_id, "summary", recorded.sealed_summary)]
+        )
+        if summary is None:
+            raise TextUnavailableError(conversation_id, key_id)
+        return str(summary)
+
+    # Windows ------------------------------------------------------------------
+
+    def project_window(
+        self,
+        owner_id: str,
+        conversation_id: UUID,
+        *,
+        question: str,
+        system: str,
+        model: str,
+        max_bytes: int | None = None,
+        policy: WindowPolicy | None = None,
+        token_counter: TokenCounter | None = None,
+    ) -> ProjectedWindow:
+        check_text("question", question)
+        check_text("system", system, allow_empty=True)
+        check_text("model", model)
+        if max_bytes is not None and (
+            isinstance(max_bytes, bool)
+            or not isinstance(max_bytes, int)
+            or max_bytes < 1
+        ):
+            raise InvalidInputError("max_bytes", "must be a positive integer")
+        if max_bytes is None and policy is None:
+            raise InvalidInputError("max_bytes", "give max_bytes or a policy")
+        if policy is not None and not isinstance(policy, WindowPolicy):
+            raise InvalidInputError("policy", "expected a WindowPolicy")
+        counter = token_counter or CHAR_ESTIMATE
+        if not isinstance(counter, TokenCounter):
+            raise InvalidInputError("token_counter", "expected a TokenCounter")
+        resolved = resolve_policy(policy, max_bytes)
+        for attempt in range(_READ_ATTEMPTS):
+            head = self.get_conversation(owner_id, conversation_id)
+            try:
+                window = self.window_at(
+                    head,
+                    question=question,
+                    system=system,
+                    model=model,
+                    policy=resolved,
+                    counter=counter,
+                )
+            except TextUnavailableError:
+                if attempt == _READ_ATTEMPTS - 1:
+                    raise
+                continue  # a deletion landed after `head`: read the new head
+            _log_if_bounded(head.conversation_id, window)
+            return ProjectedWindow(
+                head.conversation_id,
+                head.version,
+                window,
+                question=question,
+                system=system,
+                policy=receipt_policy(
+                    model=model, policy=resolved, counter=counter.name
+                ),
+            )
+        raise AssertionError("unreachable")
+
+    def window_at(
+        self,
+        head: ConversationRow,
+        *,
+        question: str,
+        system: str,
+        model: str,
+        policy: WindowPolicy,
+        counter: TokenCounter,
+        texts: dict[str, tuple[str, str]] | None = None,
+    ) -> Window:
+        """The window of the conversation as it stood at `head`'s version.
+
+        `texts` (turn id -> question, answer) saves reading texts already at
+        hand (the audit re-deriving a receipt). Raises TextUnavailableError if
+        a turn it needs was deleted since that version.
+        """
+        conversation_id, version = head.conversation_id, head.version
+        fold = current_fold(self.read_side.folds(conversation_id), version)
+        prepared = (
+            None
+            if fold is None
+            else prepare_fold(
+                fold.fold_id, self.read_fold(conversation_id, fold), counter, policy
+            )
+        )
+        frame = frame_request(
+            model=model,
+            system=system,
+            question=question,
+            fold=prepared,
+            policy=policy,
+            counter=counter,
+        )
+        known = texts or {}
+
+        def read(rows: Sequence[TurnRow]) -> dict[str, tuple[str, str]]:
+            if all(row.turn_id in known for row in rows):
+                return {row.turn_id: known[row.turn_id] for row in rows}
+            return self.read_texts(conversation_id, rows)
+
+        from_metadata = isinstance(counter, CharEstimate)
+        limit = policy.max_message_tokens
+        boundary = -1 if fold is None else fold.covers_through_position
+        sent: dict[str, WindowTurn] = {}
+        walked: list[TurnRow] = []
+
+        def candidates() -> Iterator[PairCandidate]:
+            for row in self.walk(conversation_id, above=boundary, as_of=version):
+                walked.append(row)
+                sizes = row.sizes
+                if (
+                    from_metadata
+                    and sizes is not None
+                    and not (
+                        needs_trim_by_chars(sizes.question_chars, limit)
+                        or needs_trim_by_chars(sizes.answer_chars, limit)
+                    )
+                ):
+                    yield PairCandidate(
+                        row.turn_id,
+                        MessageSize(
+                            sizes.question_json_bytes,
+                            char_estimate(sizes.question_chars),
+                        ),
+                        MessageSize(
+                            sizes.answer_json_bytes, char_estimate(sizes.answer_chars)
+                        ),
+                    )
+                    continue
+                question_text, answer_text = read([row])[row.turn_id]
+                candidate, as_sent = measure_pair(
+                    WindowTurn(row.turn_id, question_text, answer_text), counter, limit
+                )
+                sent[row.turn_id] = as_sent
+                yield candidate
+
+        plan = plan_in_frame(frame, candidates(), policy)
+        kept = len(plan.kept_newest_first)
+        kept_rows = walked[:kept][::-1]
+        unread = [row for row in kept_rows if row.turn_id not in sent]
+        read_now = read(unread) if unread else {}
+        sent_turns = [
+            sent.get(row.turn_id) or WindowTurn(row.turn_id, *read_now[row.turn_id])
+            for row in kept_rows
+        ]
+        stopped = walked[kept] if plan.stop_reason is not None else None
+        return build_window(
+            frame=frame,
+            plan=plan,
+            sent_turns=sent_turns,
+            dropped=self._dropped(head, fold, plan.stop_reason, stopped, kept),
+            policy=policy,
+            counter=counter,
+            fold_due=self._fold_due(
+                conversation_id, boundary, version, policy.fold_threshold_tokens
+            ),
+        )
+
+    def walk(
+        self, conversation_id: UUID, *, above: int, as_of: int
+    ) -> Iterator[TurnRow]:
+        """Turns eligible at `as_of` after position `above`, newest first, read in
+        growing chunks: the cost follows how far the caller walks."""
+        below = 2**62
+        chunk = _FIRST_CHUNK
+        while True:
+            rows = self.read_side.eligible_newest_first(
+                conversation_id, below=below, above=above, as_of=as_of, limit=chunk
+            )
+            yield from rows
+            if len(rows) < chunk:
+                return
+            below = rows[-1].position
+            chunk = min(chunk * 2, _LARGEST_CHUNK)
+
+    def _dropped(
+        self,
+        head: ConversationRow,
+        fold: FoldRow | None,
+        stop_reason: str | None,
+        stopped: TurnRow | None,
+        kept: int,
+    ) -> DroppedTurns:
+        """Spans of dropped turns; their ids are read only when asked for, from
+        facts pinned to the window's version, so they never change."""
+        read_side, conversation_id, version = (
+            self.read_side,
+            head.conversation_id,
+            head.version,
+        )
+
+        def ids(first: int, last: int) -> Callable[[], tuple[str, ...]]:
+            return lambda: read_side.eligible_ids(
+                conversation_id, first=first, last=last, as_of=version
+            )
+
+        spans = []
+        covered = 0
+        boundary = -1
+        if fold is not None:
+            covered = fold.covered_eligible
+            boundary = fold.covers_through_position
+            spans.append(
+                DroppedSpan(
+                    "fold", covered, fold.covers_through_turn_id, ids(0, boundary)
+                )
+            )
+        if stop_reason is not None and stopped is not None:
+            spans.append(
+                DroppedSpan(
+                    stop_reason,  # type: ignore[arg-type]
+                    head.eligible_count - covered - kept,
+                    stopped.turn_id,
+                    ids(boundary + 1, stopped.position),
+                )
+            )
+        return DroppedTurns(spans)
+
+    # Folds --------------------------------------------------------------------
+
+    def _fold_due(
+        self, conversation_id: UUID, boundary: int, version: int, threshold: int
+    ) -> bool:
+        return self._unfolded_tokens(conversation_id, boundary, version, threshold) > (
+            threshold
+        )
+
+    def _unfolded_tokens(
+        self, conversation_id: UUID, boundary: int, version: int, threshold: int
+    ) -> int:
+        tokens = 0
+        for row in self.walk(conversation_id, above=boundary, as_of=version):
+            if row.sizes is not None:
+                tokens += char_estimate(row.sizes.question_chars)
+                tokens += char_estimate(row.sizes.answer_chars)
+            if tokens > threshold:
+                break
+        return tokens
+
+    def get_fold_status(
+        self, owner_id: str, conversation_id: UUID, *, threshold_tokens: int
+    ) -> FoldStatus:
+        if (
+            isinstance(threshold_tokens, bool)
+            or not isinstance(threshold_tokens, int)
+            or threshold_tokens < 1
+        ):
+            raise InvalidInputError("threshold_tokens", "must be a positive integer")
+        head = self.get_conversation(owner_id, conversation_id)
+        fold = current_fold(self.read_side.folds(head.conversation_id), head.version)
+        boundary = -1 if fold is None else fold.covers_through_position
+        tokens = self._unfolded_tokens(
+            head.conversation_id, boundary, head.version, threshold_tokens
+        )
+        return FoldStatus(
+            fold_id=None if fold is None else fold.fold_id,
+            covers_through_turn_id=None
+            if fold is None
+            else fold.covers_through_turn_id,
+            unfolded_tokens=tokens,
+            threshold_tokens=threshold_tokens,
+            due=tokens > threshold_tokens,
+        )
+
+    def get_fold_summary(self, owner_id: str, conversation_id: UUID) -> str | None:
+        head = self.get_conversation(owner_id, conversation_id)
+        fold = current_fold(self.read_side.folds(head.conversation_id), head.version)
+        return None if fold is None else self.read_fold(head.conversation_id, fold)
+
+
+def _log_if_bounded(conversation_id: UUID, window: Window) -> None:
+    """One structured record when anything was left out; never message text."""
+    if not window.dropped:
+        return
+    logger.info(
+        "window bounded: %d turns dropped, %d kept, ~%d tokens",
+        len(window.dropped),
+        len(window.kept_turn_ids),
+        window.estimated_tokens,
+        extra={
+            "event": "window_bounded",
+            "conversation_id": str(conversation_id),
+            "dropped": len(window.dropped),
+            "dropped_by_reason": window.dropped.counts(),
+            "kept": len(window.kept_turn_ids),
+            "estimated_tokens": window.estimated_tokens,
+            "body_bytes": window.byte_length,
+            "wire_format": window.wire_format,
+            "trimmed": len(window.trimmed),
+        },
+    )
+
+
+__all__ = ["ConversationQueries", "FoldStatus", "TurnStatus"]
