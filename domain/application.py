@@ -151,7 +151,7 @@ class Conversations(Application[UUID]):
         max_turn_bytes: int = DEFAULT_MAX_TURN_BYTES,
         max_batch: int = 64,
     ) -> None:
-        self.vault = vault
+        self._vault = vault
         self.max_turn_bytes = max_turn_bytes
         self._recent_digests = RecentDigests()
         super().__init__(env)
@@ -175,6 +175,17 @@ class Conversations(Application[UUID]):
             self._commit_batch, max_batch=max_batch
         )
         self.purge = PurgeRunner(self, vault.purge_view)
+
+    @property
+    def vault(self) -> TextVault:
+        return self._vault
+
+    @vault.setter
+    def vault(self, vault: TextVault) -> None:
+        # Queries decrypt through the same vault (tests wrap it to count reads).
+        self._vault = vault
+        if hasattr(self, "queries"):
+            self.queries.vault = vault
 
     # Persistence hooks ----------------------------------------------------------
 

@@ -39,6 +39,7 @@ from turnledger.domain.findings import (
     CHANGED,
     MISSING,
     NOT_REDERIVABLE,
+    READ_SIDE_MISMATCH,
     RECEIPT_INVALID,
     RECEIPT_MISMATCH,
     SNAPSHOT_MISMATCH,
@@ -71,6 +72,7 @@ __all__ = [
     "CHANGED",
     "MISSING",
     "NOT_REDERIVABLE",
+    "READ_SIDE_MISMATCH",
     "RECEIPT_INVALID",
     "RECEIPT_MISMATCH",
     "SNAPSHOT_MISMATCH",
@@ -91,6 +93,7 @@ __all__ = [
 
 STARTED_TOPIC = get_topic(Conversation.Started)
 CONFIRMED_TOPIC = get_topic(Conversation.TurnConfirmed)
+TURN_TOPICS = frozenset({CONFIRMED_TOPIC, get_topic(Conversation.TurnAbandoned)})
 DELETED_TOPIC = get_topic(Conversation.HistoryDeleted)
 _HAS_RECEIPT = b'"window_receipt":{'
 
@@ -110,6 +113,7 @@ class _Collected:
     identity: bytes
     rows: list[ChainRow] = field(default_factory=list)
     receipts: list[_ReceiptToCheck] = field(default_factory=list)
+    turns: int = 0
 
 
 def _state(aggregate: Any) -> dict[str, Any]:
@@ -154,12 +158,15 @@ class Auditor:
         *,
         receipts: bool = True,
         anchors: Mapping[UUID, Anchor] | None = None,
+        read_side: bool = True,
     ) -> AuditReport:
         """Audit the whole store, or one conversation.
 
         `anchors` are heads recorded elsewhere (the conversation index, an
         earlier report): the chain cannot show that a conversation's newest
-        events were removed, an anchor beyond the end of the log can.
+        events were removed, an anchor beyond the end of the log can. With
+        `read_side`, each conversation's read-side row (written with its
+        events) is checked against the log, and serves as such an anchor.
         """
         collected: dict[UUID, _Collected] = {}
         for page in self._pages(conversation_id):
@@ -174,6 +181,13 @@ class Auditor:
                 ConversationAudit(vanished), vanished.bytes
             )
         audits: list[ConversationAudit] = []
+        heads = (
+            self.ledger.read_side.conversations(
+                [k for k, v in collected.items() if v.rows]
+            )
+            if read_side
+            else {}
+        )
         for item in collected.values():
             audit = item.audit
             if not item.rows:
@@ -190,6 +204,8 @@ class Auditor:
             last = max(item.rows, key=lambda r: r.version)
             audit.head_version = last.version
             audit.head_digest = last.recorded
+            if read_side:
+                self._check_read_side(audit, item, heads.get(audit.conversation_id))
             if receipts:
                 self._check_receipts(audit, item.receipts)
             self._check_snapshots(audit)
@@ -241,6 +257,8 @@ class Auditor:
                 )
             version = stored.originator_version
             topic = stored.topic
+            if topic in TURN_TOPICS:
+                item.turns += 1
             try:
                 previous, recorded, computed = raw_link(
                     item.identity, version, topic, state
@@ -281,6 +299,59 @@ class Auditor:
                     item.audit.conversation_id,
                     stored.originator_version,
                     f"{type(error).__name__}: cannot read the stored state",
+                )
+            )
+
+    # Read-side pass -----------------------------------------------------------
+
+    def _check_read_side(
+        self, audit: ConversationAudit, item: _Collected, row: ConversationRow | None
+    ) -> None:
+        """The conversation's read-side row and deletion marks agree with the log.
+
+        Queries trust the read side (owner checks, which turns are deleted),
+        so a row edited in the database must not pass. Every other column is
+        compared by `turnledger rebuild --check`, which replays the whole log.
+        """
+        conversation_id = audit.conversation_id
+        if row is None:
+            audit.findings.append(
+                Finding(
+                    READ_SIDE_MISMATCH,
+                    conversation_id,
+                    None,
+                    "the conversation has events but no read-side row",
+                )
+            )
+            return
+        differ = [
+            f"{name}: read side {mine!r}, log {theirs!r}"
+            for name, mine, theirs in (
+                ("owner", row.owner_id, audit.owner_id),
+                ("version", row.version, audit.head_version),
+                ("head digest", row.head_digest, audit.head_digest),
+                ("turns", row.turn_count, item.turns),
+            )
+            if mine != theirs
+        ]
+        if audit.deleted_turn_ids:
+            marked = self.ledger.read_side.turns_by_id(
+                conversation_id, audit.deleted_turn_ids
+            )
+            undeleted = [
+                turn_id
+                for turn_id in audit.deleted_turn_ids
+                if turn_id not in marked or not marked[turn_id].deleted
+            ]
+            if undeleted:
+                differ.append(f"deleted in the log, not on the read side: {undeleted}")
+        if differ:
+            audit.findings.append(
+                Finding(
+                    READ_SIDE_MISMATCH,
+                    conversation_id,
+                    row.version,
+                    "; ".join(differ),
                 )
             )
 

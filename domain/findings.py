@@ -27,6 +27,7 @@ UNREADABLE = "unreadable"  # sealed text fails to open: its ciphertext was alter
 SNAPSHOT_MISMATCH = "snapshot-mismatch"  # a snapshot is not what its events give
 TRUNCATED = "truncated"  # the log ends before a head an anchor recorded
 ANCHOR_MISMATCH = "anchor-mismatch"  # the event an anchor recorded has another digest
+READ_SIDE_MISMATCH = "read-side-mismatch"  # a read-side row says what the log does not
 NOT_REDERIVABLE = "not-rederivable"  # receipt's turns deleted since: expected
 
 

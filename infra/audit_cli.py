@@ -120,6 +120,7 @@ def run_audit(arguments: argparse.Namespace) -> int:
                 arguments.conversation,
                 receipts=not arguments.no_receipts,
                 anchors=anchors,
+                read_side=not arguments.no_index,
             )
     finally:
         ledger.close()

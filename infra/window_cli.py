@@ -73,19 +73,22 @@ def run(arguments: argparse.Namespace) -> int:
             policy=policy,
             token_counter=counter,
         )
+        window = projected.window
+        # The report lists dropped turns' ids, read from the store: before closing.
+        if arguments.output == "json":
+            document = {
+                "conversation_id": str(projected.conversation_id),
+                "ledger_version": projected.ledger_version,
+                "report": window.report(),
+                "body": json.loads(window.body),
+            }
+            sys.stdout.write(json.dumps(document, ensure_ascii=False, indent=2) + "\n")
+            return 0
+        _print_table(
+            Console(), projected.conversation_id, projected.ledger_version, window
+        )
     finally:
         ledger.close()
-    window = projected.window
-    if arguments.output == "json":
-        document = {
-            "conversation_id": str(projected.conversation_id),
-            "ledger_version": projected.ledger_version,
-            "report": window.report(),
-            "body": json.loads(window.body),
-        }
-        sys.stdout.write(json.dumps(document, ensure_ascii=False, indent=2) + "\n")
-        return 0
-    _print_table(Console(), projected.conversation_id, projected.ledger_version, window)
     if arguments.body:
         sys.stdout.write(window.body.decode("utf-8") + "\n")
     return 0

@@ -21,8 +21,8 @@ from turnledger.domain.audit import (
     CHANGED,
     MISSING,
     NOT_REDERIVABLE,
+    READ_SIDE_MISMATCH,
     RECEIPT_MISMATCH,
-    SNAPSHOT_MISMATCH,
     TEXT_MISSING,
     TRUNCATED,
     UNDECODABLE,
@@ -30,7 +30,12 @@ from turnledger.domain.audit import (
     Auditor,
     AuditReport,
 )
-from turnledger.domain.chain import GENESIS, read_link, seal_state
+from turnledger.domain.chain import (
+    GENESIS,
+    decode_envelope,
+    encode_envelope,
+    read_link,
+)
 from turnledger.domain.receipt import WindowReceipt
 from turnledger.infra.settings import Settings
 
@@ -161,7 +166,7 @@ def test_a_changed_ciphertext_byte_is_located_even_though_it_still_decodes(
 ) -> None:
     conversation_id, _ = run_turns(ledger, turns=3)
     state = raw.state(conversation_id, 3)
-    offset = state.index(b'"sealed_answer":{"_type_":"bytes_b64","_data_":"') + 60
+    offset = state.index(decode_envelope(state).blobs["sealed_answer"]) + 10
     raw.flip_byte(conversation_id, 3, offset)
     report = Auditor(ledger).audit(conversation_id)
     assert failures_at(report) >= {(CHANGED, conversation_id, 3)}
@@ -237,9 +242,10 @@ def test_receipt_is_rederived_byte_exactly_in_a_fresh_process(
 _REDERIVE = """
 import base64, json, sys
 from uuid import UUID
-from turnledger.domain.audit import Auditor
+from turnledger.domain.audit import Auditor, _head_at
 from turnledger.domain.receipt import WindowReceipt
 from turnledger.infra.persistence import open_conversations
+from turnledger.infra.read_side import replay_log
 from turnledger.infra.settings import Settings
 
 ledger = open_conversations(Settings())
@@ -255,9 +261,12 @@ for event in ledger.events.get(conversation_id):
         (event.turn_id, "question", event.sealed_question),
         (event.turn_id, "system", event.sealed_system),
     ])
-    past = ledger.repository.get(conversation_id, version=receipt.ledger_version)
-    window = ledger.reapply_policy(
-        past, policy=receipt.policy, question=question, system=system
+    model, policy, counter = Auditor(ledger)._policy_of(receipt)
+    head = ledger.get_conversation("alice", conversation_id)
+    past = _head_at(replay_log(ledger), head, receipt.ledger_version)
+    window = ledger.queries.window_at(
+        past, question=question, system=system, model=model, policy=policy,
+        counter=counter,
     )
     out[event.turn_id] = {
         "body": base64.b64encode(window.body).decode(),
@@ -323,27 +332,23 @@ def test_a_receipt_that_does_not_match_its_window_is_a_failure(
         turn_ids=window.window.kept_turn_ids,
         body=window.window.body + b" ",
     )
-    conversation = ledger.get_conversation(OWNER, conversation_id)
-    conversation.confirm_turn(
-        turn_id="t3",
-        sealed_question=ledger.vault.seal(conversation_id, "t3", "question", "Third?"),
-        sealed_answer=ledger.vault.seal(conversation_id, "t3", "answer", "Yes."),
-        sizes=_sizes("Third?", "Yes."),
-        window_receipt=forged.to_document(),
-        sealed_system=ledger.vault.seal(conversation_id, "t3", "system", SYSTEM),
-    )
-    ledger.save(conversation)
+    # The application's own path, with a receipt that does not match its body.
+    original = ProjectedWindow.receipt
+    ProjectedWindow.receipt = lambda self: forged  # type: ignore[method-assign]
+    try:
+        ledger.confirm_turn(
+            OWNER,
+            conversation_id,
+            turn_id="t3",
+            question="Third?",
+            answer="Yes.",
+            window=window,
+        )
+    finally:
+        ProjectedWindow.receipt = original  # type: ignore[method-assign]
     report = Auditor(ledger).audit()
     assert [(f.kind, f.version) for f in report.failures] == [(RECEIPT_MISMATCH, 4)]
     assert report.conversation(conversation_id).receipts_failed == 1
-
-
-def _sizes(question: str, answer: str) -> object:
-    from turnledger.domain.conversation import TurnSizes
-    from turnledger.domain.text import TextMetrics
-
-    q, a = TextMetrics.of(question), TextMetrics.of(answer)
-    return TurnSizes(q.json_bytes, a.json_bytes, q.chars, a.chars)
 
 
 def test_audit_without_receipts_checks_only_the_chain(ledger: Conversations) -> None:
@@ -365,15 +370,18 @@ def test_auditing_an_unknown_conversation_is_a_typed_error(
 
 
 @SQL_STORES
-def test_removing_the_newest_events_is_caught_only_by_an_anchor(
+def test_removing_the_newest_events_is_caught_by_the_read_side_or_an_anchor(
     ledger: Conversations, raw: RawEvents
 ) -> None:
     conversation_id, _ = run_turns(ledger, turns=3)
     earlier = Auditor(ledger).audit()
     raw.delete(conversation_id, 4)
     # Nothing in the log commits to the newest event: the chain alone still holds.
-    assert Auditor(ledger).audit().ok
-    report = Auditor(ledger).audit(anchors=earlier.anchors())
+    assert Auditor(ledger).audit(read_side=False).ok
+    # The read side's row, written with the event, still names version 4.
+    report = Auditor(ledger).audit()
+    assert failures_at(report) == {(READ_SIDE_MISMATCH, conversation_id, 4)}
+    report = Auditor(ledger).audit(anchors=earlier.anchors(), read_side=False)
     assert failures_at(report) == {(TRUNCATED, conversation_id, 4)}
 
 
@@ -387,26 +395,28 @@ def test_a_resealed_forgery_breaks_the_chain_or_an_anchor(
     topic = ledger.recorder.select_events(conversation_id)[1].topic
 
     def forge(version: int) -> None:
-        state = raw.state(conversation_id, version)
-        document = json.loads(state)
-        previous = document.pop("previous_digest")
-        document.pop("digest")
-        document["question_chars"] += 1
-        body = json.dumps(document, separators=(",", ":"), ensure_ascii=False)
-        forged, _ = seal_state(
+        envelope = decode_envelope(raw.state(conversation_id, version))
+        document = json.loads(envelope.json)
+        document["forged"] = True
+        forged, _ = encode_envelope(
             originator_id=conversation_id,
             version=version,
             topic=topic,
-            state=body.encode(),
-            previous_digest=previous,
+            previous_digest=envelope.previous_digest,
+            timestamp=envelope.timestamp,
+            blobs=envelope.blobs,
+            json=json.dumps(document, separators=(",", ":")).encode(),
         )
         raw.set_state(conversation_id, version, forged)
 
     forge(2)  # a middle event: the next event's link no longer matches
     assert failures_at(Auditor(ledger).audit()) == {(BROKEN_LINK, conversation_id, 3)}
     raw_state = raw.state(conversation_id, 2)
-    forge(4)  # the head: only an anchor recorded before the forgery shows it
-    report = Auditor(ledger).audit(anchors=earlier.anchors())
+    forge(4)  # the head: the read side's head digest, or an earlier anchor, shows it
+    assert (READ_SIDE_MISMATCH, conversation_id, 4) in failures_at(
+        Auditor(ledger).audit()
+    )
+    report = Auditor(ledger).audit(anchors=earlier.anchors(), read_side=False)
     assert (ANCHOR_MISMATCH, conversation_id, 4) in failures_at(report)
     assert raw_state == raw.state(conversation_id, 2)
 
@@ -432,25 +442,25 @@ def test_removing_a_deletion_event_is_caught_by_the_missing_keys(
     conversation_id, _ = run_turns(ledger, turns=3)
     ledger.delete_history(OWNER, conversation_id, turn_ids=["t3"])
     raw.delete(conversation_id, 5)  # the newest event, so the chain cannot tell
-    report = Auditor(ledger).audit()
+    report = Auditor(ledger).audit(read_side=False)
     assert failures_at(report) == {(TEXT_MISSING, conversation_id, 4)}
+    # The read side, written with the deletion, names its version still.
+    assert (READ_SIDE_MISMATCH, conversation_id, 5) in failures_at(
+        Auditor(ledger).audit()
+    )
 
 
-def test_the_chain_holds_across_snapshots_and_reopening(tmp_path: Path) -> None:
+def test_the_chain_holds_across_reopening(tmp_path: Path) -> None:
     from turnledger.infra.persistence import open_conversations
 
-    settings = Settings(
-        _env_file=None, persistence="sqlite", data_dir=tmp_path, snapshot_interval=3
-    )
+    settings = Settings(_env_file=None, persistence="sqlite", data_dir=tmp_path)
     ledger = open_conversations(settings)
     try:
         conversation_id, _ = run_turns(ledger, turns=4)
     finally:
         ledger.close()
-    ledger = open_conversations(settings)  # later writes load from a snapshot
+    ledger = open_conversations(settings)  # later writes load from the read side
     try:
-        assert ledger.snapshots is not None
-        assert list(ledger.snapshots.get(conversation_id))
         for index in (5, 6, 7):
             ledger.confirm_turn(
                 OWNER, conversation_id, turn_id=f"t{index}", question="q", answer="a"
@@ -493,56 +503,28 @@ def test_racing_writers_keep_one_unbroken_chain(
     assert report.conversation(conversation_id).events == 17
 
 
-@pytest.mark.parametrize(
-    "store", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
-)
-def test_an_altered_snapshot_is_detected(
-    store: str, tmp_path: Path, request: pytest.FixtureRequest
+@SQL_STORES
+def test_an_edited_read_side_row_is_detected(
+    ledger: Conversations, raw: RawEvents
 ) -> None:
-    """Snapshots are not chained, but the ledger loads from them: check them."""
-    import sqlite3
-
-    import psycopg
-    from psycopg import sql
-
-    from turnledger.infra.persistence import open_conversations
-    from turnledger.infra.vault import new_master_key
-
-    if store == "sqlite":
-        settings = Settings(
-            _env_file=None, persistence="sqlite", data_dir=tmp_path, snapshot_interval=3
-        )
-    else:
-        settings = Settings(
-            _env_file=None,
-            persistence="postgres",
-            snapshot_interval=3,
-            postgres_schema=request.getfixturevalue("postgres_schema"),
-            master_key=new_master_key(),
-        )
-    ledger = open_conversations(settings)
-    try:
-        conversation_id, _ = run_turns(ledger, turns=4)
-        assert Auditor(ledger).audit().ok
-        # Hand the conversation to somebody else in its snapshot at version 3.
-        if store == "sqlite":
-            with sqlite3.connect(settings.sqlite_events_path) as connection:
-                connection.execute(
-                    "UPDATE stored_snapshots SET state = CAST(replace("
-                    "CAST(state AS TEXT), '\"alice\"', '\"malory\"') AS BLOB)"
-                )
-        else:
-            with psycopg.connect(settings.postgres_conninfo(), autocommit=True) as c:
-                table = sql.Identifier(
-                    settings.postgres_schema, "conversations_snapshots"
-                )
-                c.execute(
-                    sql.SQL(
-                        "UPDATE {} SET state = convert_to(replace(convert_from("
-                        "state, 'UTF8'), '\"alice\"', '\"malory\"'), 'UTF8')"
-                    ).format(table)
-                )
-        report = Auditor(ledger).audit()
-        assert failures_at(report) == {(SNAPSHOT_MISMATCH, conversation_id, 3)}
-    finally:
-        ledger.close()
+    """Queries trust the read side (who owns a conversation, what is deleted):
+    a row edited in the database, however plausible, is a located failure."""
+    conversation_id, _ = run_turns(ledger, turns=4)
+    ledger.delete_history(OWNER, conversation_id, turn_ids=["t2"])
+    assert Auditor(ledger).audit().ok
+    key = conversation_id.hex if raw.kind == "sqlite" else conversation_id
+    raw.edit_read_side(
+        "UPDATE HEADS SET owner_id = %s WHERE conversation_id = %s", ("malory", key)
+    )
+    report = Auditor(ledger).audit()
+    assert failures_at(report) == {(READ_SIDE_MISMATCH, conversation_id, 6)}
+    assert "malory" in report.failures[0].detail
+    raw.edit_read_side(
+        "UPDATE HEADS SET owner_id = %s WHERE conversation_id = %s", (OWNER, key)
+    )
+    raw.edit_read_side(
+        "UPDATE TURNS SET deleted_version = NULL WHERE turn_id = %s", ("t2",)
+    )
+    report = Auditor(ledger).audit()
+    assert failures_at(report) == {(READ_SIDE_MISMATCH, conversation_id, 6)}
+    assert "t2" in report.failures[0].detail

@@ -11,7 +11,7 @@ import pytest
 from psycopg import sql
 
 from tests.conftest import durable_stores
-from turnledger.domain.application import Conversations
+from turnledger.domain.application import Conversations, _aggregate_from_row
 from turnledger.domain.conversation import TurnStatus
 from turnledger.domain.errors import (
     ConversationNotFoundError,
@@ -343,21 +343,30 @@ def test_close_and_reopen_keeps_everything_byte_identical(
     )
 
 
-def test_long_conversations_are_snapshotted_and_rebuild_identically(
-    settings, open_ledger: Callable[[], Conversations]
+def test_the_aggregate_is_constant_size_and_loads_from_its_row(
+    open_ledger: Callable[[], Conversations],
 ) -> None:
+    """No per-turn state: the aggregate built from its read-side row equals the
+    replay of every event, and no snapshot is ever written."""
     ledger = open_ledger()
     conversation_id = ledger.start_conversation(OWNER)
-    for index in range(settings.snapshot_interval + 5):
+    for index in range(205):
         confirm(ledger, conversation_id, f"t{index}", question=f"q{index}", answer="a")
-    assert ledger.snapshots is not None
-    snapshots = list(ledger.snapshots.get(conversation_id))
-    assert [s.originator_version for s in snapshots] == [settings.snapshot_interval]
-    # The snapshot holds metadata, not text.
-    assert b"q17" not in ledger.mapper.transcoder.encode(snapshots[0].state)
-    rebuilt = ledger.repository.get(conversation_id)
-    replayed = ledger.repository.get(conversation_id, version=rebuilt.version)
-    assert rebuilt.turns == replayed.turns
+    row = ledger.get_conversation(OWNER, conversation_id)
+    loaded = _aggregate_from_row(row)
+    replayed = ledger.repository.get(conversation_id)
+    state = {k: v for k, v in vars(loaded).items() if k != "_pending_events"}
+    assert state == {k: v for k, v in vars(replayed).items() if k != "_pending_events"}
+    assert set(state) == {
+        "_id",
+        "_version",
+        "_created_on",
+        "_modified_on",
+        "owner_id",
+        "turn_count",
+    }
+    assert (loaded.version, loaded.turn_count) == (206, 205)
+    assert not ledger.legacy_snapshots.recorder.select_events(conversation_id)
     assert history(ledger, conversation_id)[150][3] == "q150"
 
 
@@ -399,7 +408,7 @@ def test_no_turn_text_is_stored_in_plaintext(
     ledger = open_ledger()
     conversation_id = ledger.start_conversation(OWNER)
     marker = f"MARKER-{uuid.uuid4().hex}"
-    for index in range(settings.snapshot_interval + 1):
+    for index in range(30):
         confirm(ledger, conversation_id, f"t{index}", question=marker, answer=marker)
     ledger.close()
     if settings.persistence == "sqlite":
@@ -409,15 +418,11 @@ def test_no_turn_text_is_stored_in_plaintext(
     else:
         with psycopg.connect(settings.postgres_conninfo()) as connection:
             rows = connection.execute(
-                sql.SQL(
-                    "SELECT state FROM {}.conversations_events UNION ALL "
-                    "SELECT state FROM {}.conversations_snapshots"
-                ).format(
-                    sql.Identifier(settings.postgres_schema),
-                    sql.Identifier(settings.postgres_schema),
+                sql.SQL("SELECT state FROM {}.conversations_events").format(
+                    sql.Identifier(settings.postgres_schema)
                 )
             ).fetchall()
-        assert len(rows) == settings.snapshot_interval + 3  # events + one snapshot
+        assert len(rows) == 31
         stored = b"".join(bytes(row[0]) for row in rows)
     assert marker.encode() not in stored
     assert open_ledger().get_history(OWNER, conversation_id).items[0].question == marker

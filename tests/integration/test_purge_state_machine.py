@@ -2,7 +2,7 @@
 
 A stateful property, on SQLite and on the in-memory store: any sequence of
 confirmations, partial and whole deletions, deletions whose purge fails (a
-crash stand-in), late writes of deleted turns, snapshots and reopenings keeps
+crash stand-in), late writes of deleted turns and reopenings keeps
 the text the owner can read equal to the model, and, once the purge has run,
 keeps a key for exactly the turns that are not deleted.
 """
@@ -46,7 +46,6 @@ class PurgeMachine(RuleBasedStateMachine):
         self.deleted: set[str] = set()
         self.purge_pending = False
         self.counter = 0
-        self.snapshot_versions: set[int] = set()
 
     def teardown(self) -> None:
         self.ledger.close()
@@ -120,13 +119,6 @@ class PurgeMachine(RuleBasedStateMachine):
                 question=question,
                 answer=answer,
             )
-
-    @rule()
-    def snapshot(self) -> None:
-        version = self.ledger.get_conversation(OWNER, self.conversation_id).version
-        if version not in self.snapshot_versions:  # one snapshot per version
-            self.ledger.take_snapshot(self.conversation_id)
-            self.snapshot_versions.add(version)
 
     @rule()
     def reopen(self) -> None:

@@ -12,6 +12,7 @@ from uuid import UUID
 import pytest
 
 from turnledger.domain.application import Conversations
+from turnledger.domain.conversation import fold_key_id
 from turnledger.domain.errors import (
     FoldConflictError,
     InvalidInputError,
@@ -148,15 +149,16 @@ def test_deleting_a_covered_turn_destroys_the_fold(
     assert window.fold_id is None and b"summary" not in window.body
     assert window.kept_turn_ids == ("c2", "c3")
     # Every copy of both summaries is unreadable: their keys are gone.
-    conversation = reopened.get_conversation(OWNER, conversation_id)
+    folds = {f.fold_id: f for f in reopened.read_side.folds(conversation_id)}
     for receipt in (first, second):
-        fold = conversation.fold_map()[receipt.fold_id]
-        assert fold.withdrawn
-        event = next(
-            reopened._events_between(conversation_id, fold.version, fold.version)
+        fold = folds[receipt.fold_id]
+        assert fold.withdrawn_version is not None
+        (event,) = reopened.events.get(
+            conversation_id, gt=fold.version - 1, lte=fold.version
         )
         opened = reopened.vault.open_many(
-            conversation_id, [(fold.key_id, "summary", event.sealed_summary)]
+            conversation_id,
+            [(fold_key_id(fold.fold_id), "summary", event.sealed_summary)],
         )
         assert opened == [None]
 

@@ -18,7 +18,7 @@ def test_defaults_are_the_embedded_sqlite_store(
     assert settings.persistence == "sqlite"
     assert settings.data_dir == tmp_path / "turnledger"
     env = eventsourcing_env(settings)
-    assert env["PERSISTENCE_MODULE"] == "eventsourcing.sqlite"
+    assert env["PERSISTENCE_MODULE"] == "turnledger.infra.sqlite:SQLiteReadSideFactory"
     assert env["SQLITE_DBNAME"] == str(tmp_path / "turnledger" / "events.sqlite3")
 
 
