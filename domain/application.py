@@ -329,6 +329,32 @@ class Conversations(Application[UUID]):
             window=window,
         )
 
+    def confirm_turns(
+        self,
+        owner_id: str,
+        conversation_id: UUID,
+        turns: Sequence[tuple[str, str, str]],
+    ) -> list[TurnReceipt]:
+        """Record many completed exchanges (turn id, question, answer) in order.
+
+        For importing a history: the turns are saved in shared transactions
+        (up to 64 a transaction), each checked like `confirm_turn`; the first
+        one refused raises its error after every turn before it is recorded.
+        """
+        writes = [
+            self._turn_write(
+                owner_id,
+                conversation_id,
+                turn_id=turn_id,
+                status=TurnStatus.CONFIRMED,
+                question=question,
+                answer=answer,
+                expected_version=None,
+            )
+            for turn_id, question, answer in turns
+        ]
+        return [request.outcome() for request in self._committer.submit_many(writes)]
+
     def record_abandoned_turn(
         self,
         owner_id: str,
@@ -580,6 +606,32 @@ class Conversations(Application[UUID]):
         expected_version: int | None,
         window: ProjectedWindow | None = None,
     ) -> TurnReceipt:
+        result: TurnReceipt = self._submit(
+            self._turn_write(
+                owner_id,
+                conversation_id,
+                turn_id=turn_id,
+                status=status,
+                question=question,
+                answer=answer,
+                expected_version=expected_version,
+                window=window,
+            )
+        )
+        return result
+
+    def _turn_write(
+        self,
+        owner_id: str,
+        conversation_id: UUID,
+        *,
+        turn_id: str,
+        status: TurnStatus,
+        question: str,
+        answer: str,
+        expected_version: int | None,
+        window: ProjectedWindow | None = None,
+    ) -> _Write:
         check_identifier("owner_id", owner_id)
         _check_conversation_id(conversation_id)
         check_identifier("turn_id", turn_id)
@@ -661,10 +713,7 @@ class Conversations(Application[UUID]):
                 conversation.id, turn_id, status, row.version, row.recorded_at
             )
 
-        result: TurnReceipt = self._submit(
-            _Write(owner_id, conversation_id, run, turn_ids=(turn_id,))
-        )
-        return result
+        return _Write(owner_id, conversation_id, run, turn_ids=(turn_id,))
 
     def _replayed_receipt(
         self,

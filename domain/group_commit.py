@@ -60,15 +60,24 @@ class GroupCommitter(Generic[W]):
 
     def submit(self, work: W) -> Any:
         """Queue `work`, wait until it is committed, return its result."""
-        request = Pending(work)
+        return self.submit_many([work])[0].outcome()
+
+    def submit_many(self, works: Sequence[W]) -> list[Pending[W]]:
+        """Queue `works` in order, wait until every one is finished."""
+        requests = [Pending(work) for work in works]
         with self._changed:
-            self._queue.append(request)
+            self._queue.extend(requests)
+        for request in requests:
+            self._wait(request)
+        return requests
+
+    def _wait(self, request: Pending[W]) -> None:
         while True:
             with self._changed:
                 while not request.finished and self._leading:
                     self._changed.wait()
                 if request.finished:
-                    return request.outcome()
+                    return
                 self._leading = True
                 batch = self._queue[: self._max_batch]
                 del self._queue[: self._max_batch]

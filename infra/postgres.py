@@ -407,6 +407,11 @@ class PostgresReadSideRecorder(PostgresApplicationRecorder):
         stored_events: Sequence[StoredEvent],
         **kwargs: Any,
     ) -> None:
+        # psycopg prepares a statement it has run several times, even inside
+        # this pipeline; when the transaction then fails (another process took
+        # the version), it still believes the statement exists. These
+        # statements are therefore never auto-prepared.
+        curs.connection.prepare_threshold = None
         new_keys: Sequence[NewKey] = kwargs.get("new_keys", ())
         if new_keys:
             curs.executemany(
