@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from uuid import UUID
 
 from turnledger.domain.conversation import Conversation, FoldEntry, TurnEntry
@@ -31,17 +31,20 @@ from turnledger.projections.tokens import (
     needs_trim_by_chars,
 )
 from turnledger.projections.window import (
-    DroppedSpan,
     DroppedTurns,
+    EligibleTurns,
+    Frame,
     MessageSize,
     PairCandidate,
     Window,
+    WindowPlan,
     WindowTurn,
     build_window,
     frame_request,
     measure_pair,
     plan_in_frame,
     prepare_fold,
+    report_dropped,
 )
 
 logger = logging.getLogger("turnledger.window")
@@ -165,9 +168,16 @@ def _window_once(
     limit = policy.max_message_tokens
     sent: dict[str, WindowTurn] = {}
     walked: list[TurnEntry] = []
+    # One copy of the (immutable) entries: the walk and the listing of
+    # dropped ids, which may run later, read the same facts.
+    entries = tuple(conversation.turns.values())
+    boundary = None if fold is None else fold.covers_through_turn_id
 
     def candidates() -> Iterator[PairCandidate]:
-        for entry in newest_after_fold(conversation):
+        for position in range(len(entries) - 1, -1, -1):
+            entry = entries[position]
+            if entry.turn_id == boundary:
+                return
             if not entry.eligible:
                 continue
             walked.append(entry)
@@ -183,6 +193,7 @@ def _window_once(
                     MessageSize(
                         entry.answer_json_bytes, char_estimate(entry.answer_chars)
                     ),
+                    position,
                 )
                 continue
             question_text, answer_text = read_texts([entry])[entry.turn_id]
@@ -190,7 +201,7 @@ def _window_once(
                 WindowTurn(entry.turn_id, question_text, answer_text), counter, limit
             )
             sent[entry.turn_id] = as_sent
-            yield candidate
+            yield replace(candidate, position=position)
 
     plan = plan_in_frame(frame, candidates(), policy)
     kept = len(plan.kept_newest_first)
@@ -200,12 +211,11 @@ def _window_once(
         sent.get(entry.turn_id) or WindowTurn(entry.turn_id, *texts[entry.turn_id])
         for entry in kept_entries
     ]
-    stopped_at = walked[kept].turn_id if plan.stop_reason is not None else None
     return build_window(
         frame=frame,
         plan=plan,
         sent_turns=sent_turns,
-        dropped=_dropped(conversation, fold, plan.stop_reason, stopped_at, kept),
+        dropped=_dropped(conversation, fold, entries, frame, plan),
         policy=policy,
         counter=counter,
         fold_due=fold_status(conversation, policy.fold_threshold_tokens).due,
@@ -215,50 +225,31 @@ def _window_once(
 def _dropped(
     conversation: Conversation,
     fold: FoldEntry | None,
-    stop_reason: str | None,
-    stopped_at: str | None,
-    kept: int,
+    entries: tuple[TurnEntry, ...],
+    frame: Frame,
+    plan: WindowPlan,
 ) -> DroppedTurns:
-    """Spans of dropped turns; their ids are listed only when asked for."""
-    turns = conversation.turns
+    """Spans of dropped turns; their ids are listed from `entries` when asked."""
 
-    def eligible_ids(after: str | None, through: str) -> Callable[[], Iterator[str]]:
-        def ids() -> Iterator[str]:
-            started = after is None
-            for entry in tuple(turns.values()):  # an atomic copy, when asked
-                if not started:
-                    started = entry.turn_id == after
-                    continue
-                if entry.eligible:
-                    yield entry.turn_id
-                if entry.turn_id == through:
-                    return
+    def list_ids(first: int, last: int) -> tuple[str, ...]:
+        return tuple(e.turn_id for e in entries[first : last + 1] if e.eligible)
 
-        return ids
-
-    spans = []
-    covered = 0
-    boundary = None if fold is None else fold.covers_through_turn_id
-    if fold is not None:
-        covered = fold.covered_eligible
-        spans.append(
-            DroppedSpan(
-                "fold",
-                covered,
-                boundary,
-                eligible_ids(None, fold.covers_through_turn_id),
-            )
-        )
-    if stop_reason is not None and stopped_at is not None:
-        spans.append(
-            DroppedSpan(
-                stop_reason,  # type: ignore[arg-type]
-                conversation.eligible_count - covered - kept,
-                stopped_at,
-                eligible_ids(boundary, stopped_at),
-            )
-        )
-    return DroppedTurns(spans)
+    covered = 0 if fold is None else fold.covered_eligible
+    # covered_turns counts every turn up to and including the last covered one.
+    after = 0 if fold is None else fold.covered_turns
+    return report_dropped(
+        frame=frame,
+        plan=plan,
+        after_fold=EligibleTurns(
+            conversation.eligible_count - covered,
+            first_position=after,
+            last_position=len(entries) - 1,
+        ),
+        fold_covers=None
+        if fold is None
+        else EligibleTurns(covered, fold.covers_through_turn_id, 0, after - 1),
+        list_ids=list_ids,
+    )
 
 
 def _log_if_bounded(conversation_id: UUID, window: Window) -> None:

@@ -8,10 +8,13 @@ The window is the longest contiguous newest suffix of whole eligible turns
 2. BYTES  the exact UTF-8 length of the body in the chosen wire format never
           exceeds ``max_bytes``; system + question alone over it is an error.
 3. COUNT  at most ``max_messages`` history messages and ``max_pairs`` pairs.
-4. FLOOR  the newest ``floor_messages`` are kept even over the token budget,
-          never over the byte or count limits.
-5. TOKENS past the floor, pairs are added while the history stays within
-          the token budget.
+4. CONTEXT with ``context_tokens`` set, system + fold + history + question +
+          the output reserve never exceed it; system + question + reserve
+          alone over it is an error.
+5. FLOOR  the newest ``floor_messages`` are kept even over the token budget,
+          never over the byte, count or context limits.
+6. TOKENS past the floor, pairs are added while the history stays within
+          the (soft) token budget ``max_tokens``.
 
 The walk goes back from the newest turn and stops at the first pair that
 breaks a limit: a large recent pair is never skipped to pack an older one, so
@@ -27,10 +30,13 @@ pairs it keeps need to be decrypted.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import dataclass
+from typing import Literal, get_args
 
-from turnledger.domain.errors import MandatoryInputTooLargeError
+from turnledger.domain.errors import (
+    MandatoryInputOverContextError,
+    MandatoryInputTooLargeError,
+)
 from turnledger.domain.text import json_string_size
 from turnledger.projections.formats import (
     RequestParts,
@@ -48,10 +54,13 @@ from turnledger.projections.tokens import (
 )
 
 __all__ = [
+    "DROP_REASONS",
     "DropReason",
     "DroppedSpan",
     "DroppedTurn",
     "DroppedTurns",
+    "EligibleTurns",
+    "FoldDropReason",
     "MessageSize",
     "PairCandidate",
     "PreparedFold",
@@ -60,19 +69,33 @@ __all__ = [
     "WindowFold",
     "WindowPlan",
     "WindowTurn",
+    "TurnIdLister",
+    "TurnIdsUnavailableError",
     "build_window",
+    "context_token_budget",
     "encode_json",
-    "history_token_budget",
     "mandatory_size",
     "measure_pair",
     "plan_window",
     "prepare_fold",
     "render_request",
+    "report_dropped",
     "select_window",
     "turn_cost",
 ]
 
-DropReason = Literal["bytes", "tokens", "count", "fold"]
+# Why an eligible turn was not sent as itself:
+#   bytes        the next pair would break max_bytes (hard)
+#   count        the next pair would break max_messages / max_pairs (hard)
+#   context      the next pair would not fit the model's context (hard)
+#   tokens       past the floor, the next pair would break max_tokens (soft)
+#   fold         a fold that was sent stands in for the turn
+#   fold_dropped a fold covers the turn but did not fit (bytes or context),
+#                so neither the fold nor the turn was sent
+DropReason = Literal["bytes", "count", "context", "tokens", "fold", "fold_dropped"]
+DROP_REASONS: tuple[str, ...] = get_args(DropReason)
+# Why a fold that exists was not sent.
+FoldDropReason = Literal["bytes", "context"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +132,9 @@ class PairCandidate:
     turn_id: str
     question: MessageSize
     answer: MessageSize
+    # Its position in the conversation's turn order (every status counted),
+    # when the caller knows it; the dropped report's ranges come from it.
+    position: int | None = None
 
     @property
     def tokens(self) -> int:
@@ -134,31 +160,129 @@ class DroppedTurn:
     reason: DropReason
 
 
+TurnIdLister = Callable[[int, int], Sequence[str]]
+"""`list_ids(first_position, last_position)`: the ids of the eligible turns at
+those positions (inclusive), oldest first. It must answer from fixed facts
+(the ledger as of the version the window was read at), so that asking later
+gives the same ids the window left out."""
+
+
+class TurnIdsUnavailableError(LookupError):
+    """A dropped span has no explicit ids and nothing was given to list them."""
+
+
 @dataclass(frozen=True, slots=True)
 class DroppedSpan:
-    """`count` contiguous eligible turns left out for one reason.
+    """`count` contiguous eligible turns left out for one reason: a plain value.
 
-    The ids are produced on demand: listing every dropped turn of a long
-    conversation costs time proportional to its length, which the window
-    itself never spends.
+    The span is every eligible turn whose position (in the conversation's turn
+    order, every status counted, from 0) lies in `first_position` ..
+    `last_position`, inclusive; the bounds themselves need not be eligible
+    turns. `newest_turn_id` names the newest turn the span reaches. The ids
+    are kept only when the caller had them (`turn_ids`, oldest first);
+    otherwise a `TurnIdLister` lists them from the range, so that a window
+    never spends time proportional to the history it leaves out.
     """
 
     reason: DropReason
     count: int
     newest_turn_id: str | None
-    ids: Callable[[], Iterable[str]] = field(repr=False, compare=False)
+    first_position: int | None = None
+    last_position: int | None = None
+    turn_ids: tuple[str, ...] | None = None
 
-    def turn_ids(self) -> tuple[str, ...]:
-        return tuple(self.ids())
+    def __post_init__(self) -> None:
+        if self.reason not in DROP_REASONS:
+            raise ValueError(f"unknown drop reason {self.reason!r}")
+        if self.count < 0:
+            raise ValueError("a dropped span cannot hold a negative count")
+        if (self.first_position is None) != (self.last_position is None):
+            raise ValueError("give both ends of a span's position range, or neither")
+        if (
+            self.first_position is not None
+            and self.last_position is not None
+            and not 0 <= self.first_position <= self.last_position + 1
+        ):
+            raise ValueError("a span's position range is out of order")
+        if self.turn_ids is not None:
+            ids = tuple(self.turn_ids)
+            if len(ids) != self.count:
+                raise ValueError(
+                    f"a span of {self.count} turns cannot list {len(ids)} ids"
+                )
+            object.__setattr__(self, "turn_ids", ids)
+
+    @property
+    def listable(self) -> bool:
+        """Whether its ids are here, or can be listed from its range."""
+        return self.turn_ids is not None or self.first_position is not None
+
+    def ids(self, list_ids: TurnIdLister | None = None) -> tuple[str, ...]:
+        """Its turn ids, oldest first: explicit, or listed by `list_ids`."""
+        if self.turn_ids is not None:
+            return self.turn_ids
+        if self.count == 0:
+            return ()
+        if list_ids is None or self.first_position is None:
+            raise TurnIdsUnavailableError(
+                f"the {self.count} turns dropped for {self.reason!r} have no "
+                "explicit ids; pass a TurnIdLister bound to the window's version"
+            )
+        assert self.last_position is not None
+        ids = tuple(list_ids(self.first_position, self.last_position))
+        # A lister reading another version than the window would give other
+        # turns; a count mismatch is the cheap sign of it.
+        if len(ids) != self.count:
+            raise AssertionError(
+                f"positions {self.first_position}..{self.last_position} list "
+                f"{len(ids)} eligible turns, the window dropped {self.count}"
+            )
+        return ids
+
+    def with_ids(self, list_ids: TurnIdLister | None = None) -> DroppedSpan:
+        """The same span with its ids explicit."""
+        if self.turn_ids is not None:
+            return self
+        return DroppedSpan(
+            self.reason,
+            self.count,
+            self.newest_turn_id,
+            self.first_position,
+            self.last_position,
+            self.ids(list_ids),
+        )
+
+    def summary(self) -> dict[str, object]:
+        """The span as plain data, without ids: constant size."""
+        return {
+            "reason": self.reason,
+            "count": self.count,
+            "newest_turn_id": self.newest_turn_id,
+            "first_position": self.first_position,
+            "last_position": self.last_position,
+        }
 
 
 class DroppedTurns:
-    """The eligible turns a window left out, oldest first, with reasons."""
+    """The eligible turns a window left out, oldest first, with reasons.
 
-    __slots__ = ("_spans",)
+    The spans are plain values; `list_ids`, when given, lists the ids of
+    spans that carry only a position range (see `TurnIdLister`). Iterating,
+    `turn_ids()` and `resolved()` need ids for every span: explicit, or from
+    the lister given here or to the call. Counts never need them.
+    Equality compares the spans, not the lister.
+    """
 
-    def __init__(self, spans: Iterable[DroppedSpan] = ()) -> None:
+    __slots__ = ("_list_ids", "_spans")
+
+    def __init__(
+        self,
+        spans: Iterable[DroppedSpan] = (),
+        *,
+        list_ids: TurnIdLister | None = None,
+    ) -> None:
         self._spans = tuple(span for span in spans if span.count > 0)
+        self._list_ids = list_ids
 
     @property
     def spans(self) -> tuple[DroppedSpan, ...]:
@@ -170,13 +294,32 @@ class DroppedTurns:
     def __bool__(self) -> bool:
         return bool(self._spans)
 
-    def __iter__(self) -> Iterator[DroppedTurn]:
+    @property
+    def listable(self) -> bool:
+        """Whether every dropped id can be listed without another argument."""
+        return all(
+            span.turn_ids is not None
+            or (self._list_ids is not None and span.first_position is not None)
+            for span in self._spans
+        )
+
+    def turns(self, list_ids: TurnIdLister | None = None) -> Iterator[DroppedTurn]:
+        """Every dropped turn, oldest first, with its reason."""
+        lister = list_ids or self._list_ids
         for span in self._spans:
-            for turn_id in span.ids():
+            for turn_id in span.ids(lister):
                 yield DroppedTurn(turn_id, span.reason)
 
-    def turn_ids(self) -> tuple[str, ...]:
-        return tuple(turn.turn_id for turn in self)
+    def __iter__(self) -> Iterator[DroppedTurn]:
+        return self.turns()
+
+    def turn_ids(self, list_ids: TurnIdLister | None = None) -> tuple[str, ...]:
+        return tuple(turn.turn_id for turn in self.turns(list_ids))
+
+    def resolved(self, list_ids: TurnIdLister | None = None) -> DroppedTurns:
+        """The same report with every span's ids explicit and no lister."""
+        lister = list_ids or self._list_ids
+        return DroppedTurns(span.with_ids(lister) for span in self._spans)
 
     def counts(self) -> dict[str, int]:
         """Dropped turns per reason."""
@@ -188,10 +331,10 @@ class DroppedTurns:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, DroppedTurns):
             return NotImplemented
-        return list(self) == list(other)
+        return self._spans == other._spans
 
     def __hash__(self) -> int:
-        return hash(tuple(self))
+        return hash(self._spans)
 
     def __repr__(self) -> str:
         return f"DroppedTurns({self.counts()})"
@@ -214,6 +357,9 @@ class Window:
     fold_id: str | None = None
     fold_sent: bool = False
     fold_due: bool = False
+    # Why the fold (fold_id) was not sent: it broke the byte limit or the
+    # context. Its covered turns are then dropped as "fold_dropped".
+    fold_dropped_reason: FoldDropReason | None = None
 
     @property
     def byte_length(self) -> int:
@@ -228,8 +374,15 @@ class Window:
         """True when an eligible turn was not sent as itself."""
         return bool(self.dropped)
 
-    def report(self, *, with_turn_ids: bool = True) -> dict[str, object]:
-        """The report as plain data (no message text), e.g. for JSON output."""
+    def report(
+        self, *, with_turn_ids: bool = True, list_ids: TurnIdLister | None = None
+    ) -> dict[str, object]:
+        """The report as plain data (no message text), e.g. for JSON output.
+
+        `dropped_spans` says what was left out in constant size; with
+        `with_turn_ids` every dropped turn is listed too (`dropped`), which
+        needs explicit ids or a lister (here or in `dropped`).
+        """
         report: dict[str, object] = {
             "wire_format": self.wire_format,
             "body_bytes": self.byte_length,
@@ -239,6 +392,7 @@ class Window:
             "history_tokens": self.history_tokens,
             "kept_turn_ids": list(self.kept_turn_ids),
             "dropped_counts": self.dropped.counts(),
+            "dropped_spans": [span.summary() for span in self.dropped.spans],
             "trimmed": [
                 {
                     "turn_id": item.turn_id,
@@ -251,13 +405,14 @@ class Window:
             "floor_over_budget": self.floor_over_budget,
             "fold_id": self.fold_id,
             "fold_sent": self.fold_sent,
+            "fold_dropped_reason": self.fold_dropped_reason,
             "fold_due": self.fold_due,
             "omitted": self.omitted,
         }
         if with_turn_ids:
             report["dropped"] = [
                 {"turn_id": turn.turn_id, "reason": turn.reason}
-                for turn in self.dropped
+                for turn in self.dropped.turns(list_ids)
             ]
         return report
 
@@ -275,6 +430,7 @@ class WindowPlan:
     body_bytes: int
     history_tokens: int
     floor_over_budget: int
+    stopped_position: int | None = None  # its position, when candidates carry one
 
 
 def plan_window(
@@ -286,59 +442,67 @@ def plan_window(
     token_budget: int | None,
     max_pairs: int | None,
     floor_pairs: int,
+    context_budget: int | None = None,
 ) -> WindowPlan:
     """Walk back from the newest pair; stop at the first that breaks a limit.
 
-    `base_bytes` is the body without history (system, fold, question). The
-    iterable is consumed only as far as the walk goes.
+    `base_bytes` is the body without history (system, fold, question).
+    `context_budget` is the history's share of the model's context: a hard
+    limit like the bytes and the counts. `token_budget` is soft: the first
+    `floor_pairs` pairs are kept over it, never over a hard limit. When a
+    pair breaks several limits the hard one is reported. The iterable is
+    consumed only as far as the walk goes.
     """
     if base_bytes > max_bytes:
         raise MandatoryInputTooLargeError(base_bytes, max_bytes)
+    if context_budget is not None and context_budget < 0:
+        raise ValueError("the context budget of the history cannot be negative")
     remaining = max_bytes - base_bytes
     tokens = 0
     kept: list[PairCandidate] = []
     over_budget = 0
     stop_reason: DropReason | None = None
-    stopped_at: str | None = None
+    stopped: PairCandidate | None = None
     for candidate in candidates_newest_first:
+        with_pair = tokens + candidate.tokens
         if max_pairs is not None and len(kept) >= max_pairs:
             stop_reason = "count"
         elif candidate.bytes_in(wire_format) > remaining:
             stop_reason = "bytes"
-        elif token_budget is not None and tokens + candidate.tokens > token_budget:
+        elif context_budget is not None and with_pair > context_budget:
+            stop_reason = "context"
+        elif token_budget is not None and with_pair > token_budget:
             if len(kept) >= floor_pairs:
                 stop_reason = "tokens"
             else:
                 over_budget += 1
         if stop_reason is not None:
-            stopped_at = candidate.turn_id
+            stopped = candidate
             break
         kept.append(candidate)
         remaining -= candidate.bytes_in(wire_format)
-        tokens += candidate.tokens
+        tokens = with_pair
     return WindowPlan(
         kept_newest_first=tuple(kept),
         stop_reason=stop_reason,
-        stopped_at=stopped_at,
+        stopped_at=None if stopped is None else stopped.turn_id,
         body_bytes=max_bytes - remaining,
         history_tokens=tokens,
         floor_over_budget=over_budget,
+        stopped_position=None if stopped is None else stopped.position,
     )
 
 
-def history_token_budget(policy: WindowPolicy, *, fixed_tokens: int) -> int | None:
-    """The history's token budget: the policy's, shrunk to fit the context.
+def context_token_budget(policy: WindowPolicy, *, fixed_tokens: int) -> int | None:
+    """Tokens of the model's context left for what `fixed_tokens` leaves out.
 
-    `fixed_tokens` are the tokens of what is always sent (system, fold and
-    question). With a context window, history + fixed + the output reserve
-    must fit in it.
+    With `context_tokens` set, everything sent plus the output reserve must
+    fit in it: the result is context - reserve - fixed, negative when the
+    fixed part alone does not fit. None when no context is set.
     """
-    budgets = [] if policy.max_tokens is None else [policy.max_tokens]
-    if policy.context_tokens is not None:
-        budgets.append(
-            max(0, policy.context_tokens - policy.reserved_output_tokens - fixed_tokens)
-        )
-    return min(budgets) if budgets else None
+    if policy.context_tokens is None:
+        return None
+    return policy.context_tokens - policy.reserved_output_tokens - fixed_tokens
 
 
 # Measuring --------------------------------------------------------------------
@@ -396,6 +560,9 @@ class Frame:
     fold_id: str | None
     base_bytes: int
     fixed_tokens: int
+    # The history's share of the model's context (None: no context set).
+    context_budget: int | None = None
+    fold_dropped_reason: FoldDropReason | None = None
 
 
 def frame_request(
@@ -407,7 +574,13 @@ def frame_request(
     policy: WindowPolicy,
     counter: TokenCounter,
 ) -> Frame:
-    """System + question (+ the fold when it fits): mandatory or an error."""
+    """System + question (+ the fold when it fits): mandatory or an error.
+
+    System + question must fit the byte limit and, with a context, leave the
+    output reserve in it; otherwise MandatoryInputTooLargeError or
+    MandatoryInputOverContextError. The fold is sent only when it fits both
+    beside them; else it is reported as dropped, with the limit it broke.
+    """
     parts = RequestParts(
         model=model,
         system=system,
@@ -418,21 +591,48 @@ def frame_request(
     if mandatory > policy.max_bytes:
         raise MandatoryInputTooLargeError(mandatory, policy.max_bytes)
     fixed_tokens = counter.count(system) + counter.count(question)
-    fold_id = None if fold is None else fold.fold_id
-    if fold is not None:
-        with_fold = RequestParts(
-            model=model,
-            system=system,
-            question=question,
-            fold=fold.text,
-            max_output_tokens=policy.reserved_output_tokens,
+    context_budget = context_token_budget(policy, fixed_tokens=fixed_tokens)
+    if context_budget is not None and context_budget < 0:
+        assert policy.context_tokens is not None
+        raise MandatoryInputOverContextError(
+            input_tokens=fixed_tokens,
+            reserved_output_tokens=policy.reserved_output_tokens,
+            context_tokens=policy.context_tokens,
+            token_counter=counter.name,
         )
-        with_fold_bytes = len(render_body(policy.wire_format, with_fold))
-        if with_fold_bytes <= policy.max_bytes:
-            return Frame(
-                with_fold, fold, fold_id, with_fold_bytes, fixed_tokens + fold.tokens
-            )
-    return Frame(parts, None, fold_id, mandatory, fixed_tokens)
+    if fold is None:
+        return Frame(parts, None, None, mandatory, fixed_tokens, context_budget)
+    with_fold = RequestParts(
+        model=model,
+        system=system,
+        question=question,
+        fold=fold.text,
+        max_output_tokens=policy.reserved_output_tokens,
+    )
+    with_fold_bytes = len(render_body(policy.wire_format, with_fold))
+    dropped_for: FoldDropReason | None = None
+    if with_fold_bytes > policy.max_bytes:
+        dropped_for = "bytes"
+    elif context_budget is not None and fold.tokens > context_budget:
+        dropped_for = "context"
+    if dropped_for is not None:
+        return Frame(
+            parts,
+            None,
+            fold.fold_id,
+            mandatory,
+            fixed_tokens,
+            context_budget,
+            fold_dropped_reason=dropped_for,
+        )
+    return Frame(
+        with_fold,
+        fold,
+        fold.fold_id,
+        with_fold_bytes,
+        fixed_tokens + fold.tokens,
+        None if context_budget is None else context_budget - fold.tokens,
+    )
 
 
 def plan_in_frame(
@@ -445,10 +645,87 @@ def plan_in_frame(
         wire_format=policy.wire_format,
         base_bytes=frame.base_bytes,
         max_bytes=policy.max_bytes,
-        token_budget=history_token_budget(policy, fixed_tokens=frame.fixed_tokens),
+        token_budget=policy.max_tokens,
+        context_budget=frame.context_budget,
         max_pairs=policy.max_pairs_total,
         floor_pairs=policy.floor_pairs,
     )
+
+
+# The dropped report -------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class EligibleTurns:
+    """A run of eligible turns as plain facts: how many, where, the newest.
+
+    Positions are in the conversation's turn order (every status counted,
+    from 0), inclusive; `turn_ids` (oldest first) only when the caller has
+    them. See DroppedSpan.
+    """
+
+    count: int
+    newest_turn_id: str | None = None
+    first_position: int | None = None
+    last_position: int | None = None
+    turn_ids: tuple[str, ...] | None = None
+
+    @classmethod
+    def of_ids(cls, turn_ids: Sequence[str]) -> EligibleTurns:
+        ids = tuple(turn_ids)
+        return cls(len(ids), ids[-1] if ids else None, turn_ids=ids)
+
+
+def report_dropped(
+    *,
+    frame: Frame,
+    plan: WindowPlan,
+    after_fold: EligibleTurns,
+    fold_covers: EligibleTurns | None = None,
+    list_ids: TurnIdLister | None = None,
+) -> DroppedTurns:
+    """What the window left out, as spans, from the plan and plain facts.
+
+    `after_fold` are the eligible turns the walk could reach (after the
+    current fold, or all of them); `fold_covers` the eligible turns the
+    current fold covers. Covered turns are dropped as "fold" when the fold
+    was sent and as "fold_dropped" when it did not fit. Of `after_fold`, the
+    turns older than the kept suffix are dropped for the limit that stopped
+    the walk: the span runs from `after_fold.first_position` to the position
+    of the pair where the walk stopped. `list_ids` is handed to the result.
+    """
+    kept = len(plan.kept_newest_first)
+    if kept > after_fold.count:
+        raise ValueError("the plan kept more turns than the walk could reach")
+    spans: list[DroppedSpan] = []
+    if fold_covers is not None:
+        spans.append(
+            DroppedSpan(
+                "fold" if frame.fold is not None else "fold_dropped",
+                fold_covers.count,
+                fold_covers.newest_turn_id,
+                fold_covers.first_position,
+                fold_covers.last_position,
+                fold_covers.turn_ids,
+            )
+        )
+    left_out = after_fold.count - kept
+    if plan.stop_reason is not None and left_out > 0:
+        ids = after_fold.turn_ids
+        has_range = after_fold.first_position is not None
+        if has_range and plan.stopped_position is None:
+            raise ValueError("a ranged report needs candidates with positions")
+        spans.append(
+            DroppedSpan(
+                plan.stop_reason,
+                left_out,
+                plan.stopped_at,
+                after_fold.first_position if has_range else None,
+                plan.stopped_position if has_range else None,
+                None if ids is None else ids[:left_out],
+            )
+        )
+    return DroppedTurns(spans, list_ids=list_ids)
 
 
 def build_window(
@@ -514,14 +791,11 @@ def build_window(
         fold_id=frame.fold_id,
         fold_sent=frame.fold is not None,
         fold_due=fold_due,
+        fold_dropped_reason=frame.fold_dropped_reason,
     )
 
 
 # The whole window from texts in memory -----------------------------------------
-
-
-def _explicit(ids: Sequence[str]) -> Callable[[], Iterable[str]]:
-    return lambda: ids
 
 
 def select_window(
@@ -562,28 +836,19 @@ def select_window(
     plan = plan_in_frame(frame, (candidate for candidate, _ in measured), policy)
     kept = len(plan.kept_newest_first)
     sent = [sent_turn for _, sent_turn in measured[:kept]][::-1]
-    left_out = [turn.turn_id for turn in turns[: len(turns) - kept]]
-    spans = []
-    if fold is not None:
-        spans.append(
-            DroppedSpan(
-                "fold",
-                len(fold.covered_turn_ids),
-                fold.covered_turn_ids[-1] if fold.covered_turn_ids else None,
-                _explicit(tuple(fold.covered_turn_ids)),
-            )
-        )
-    if plan.stop_reason is not None:
-        spans.append(
-            DroppedSpan(
-                plan.stop_reason, len(left_out), plan.stopped_at, _explicit(left_out)
-            )
-        )
+    dropped = report_dropped(
+        frame=frame,
+        plan=plan,
+        after_fold=EligibleTurns.of_ids([turn.turn_id for turn in turns]),
+        fold_covers=None
+        if fold is None
+        else EligibleTurns.of_ids(fold.covered_turn_ids),
+    )
     return build_window(
         frame=frame,
         plan=plan,
         sent_turns=sent,
-        dropped=DroppedTurns(spans),
+        dropped=dropped,
         policy=policy,
         counter=counter,
     )
