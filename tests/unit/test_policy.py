@@ -8,6 +8,8 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
+from turnledger.domain.errors import InvalidInputError
+from turnledger.domain.receipt import parse_receipt_policy, receipt_policy
 from turnledger.infra.http.app import create_app
 from turnledger.infra.settings import Settings
 from turnledger.projections.policy import WindowPolicy
@@ -188,3 +190,17 @@ def test_a_loose_number_over_http_is_a_422_naming_the_field() -> None:
         exact = {"max_pairs": 1, "max_bytes": 4096, "max_tokens": 4096}
         response = http.post(url, headers=auth, json={**request, "policy": exact})
         assert response.status_code == 200, response.text
+
+
+@pytest.mark.parametrize("loose", [True, "4096", 4096.0])
+def test_a_receipt_policy_is_reapplied_strictly(loose: object) -> None:
+    """The audit re-applies the policy a receipt stored: a tampered number is
+    refused as invalid input, never coerced into another window."""
+    stored = receipt_policy(model="m", policy=WindowPolicy(), counter="char/4")
+    assert parse_receipt_policy(json.loads(json.dumps(stored)))[1] == WindowPolicy()
+    tampered = {**stored, "policy": {**stored["policy"], "max_pairs": loose}}
+    with pytest.raises(InvalidInputError, match="max_pairs"):
+        parse_receipt_policy(tampered)
+    first_format = {"format": "openai-chat", "model": "m", "max_bytes": loose}
+    with pytest.raises(InvalidInputError):
+        parse_receipt_policy(first_format)
