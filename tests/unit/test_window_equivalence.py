@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from tests.reference_window import naive_window
@@ -25,15 +25,27 @@ from turnledger.projections.window import (
 
 
 @st.composite
-def policies(draw: st.DrawFn) -> WindowPolicy:
+def policies(draw: st.DrawFn, fixed_tokens: int | None = None) -> WindowPolicy:
+    """Any valid policy. Given the tokens of system + question, the context
+    is drawn around what they and the reserve need, so that it binds often
+    (and is sometimes a few tokens short: the mandatory-input error)."""
     max_tokens = draw(st.none() | st.integers(2, 80))
     max_messages = draw(st.none() | st.integers(1, 16))
     floor = draw(st.integers(0, max_messages if max_messages is not None else 8))
-    context = draw(st.none() | st.integers(20, 400))
-    reserve = draw(st.integers(1, 50 if context is None else min(50, context - 1)))
+    reserve = draw(st.integers(1, 50))
+    if fixed_tokens is None:
+        context = draw(st.none() | st.integers(reserve + 1, 400))
+    else:
+        needed = fixed_tokens + reserve
+        around = st.integers(max(reserve + 1, needed - 3), needed + 80)
+        context = draw(st.one_of(st.none(), around, around))
     return WindowPolicy(
         wire_format=draw(st.sampled_from(WIRE_FORMATS)),
-        max_bytes=draw(st.integers(60, 3_000)),
+        max_bytes=draw(
+            st.one_of(
+                st.integers(60, 400), st.integers(400, 6_000), st.integers(400, 6_000)
+            )
+        ),
         max_tokens=max_tokens,
         reserved_output_tokens=reserve,
         context_tokens=context,
@@ -44,6 +56,10 @@ def policies(draw: st.DrawFn) -> WindowPolicy:
         fold_max_tokens=draw(st.none() | st.integers(2, 40)),
         fold_threshold_tokens=1,
     )
+
+
+def fixed_tokens(counter: TokenCounter, system: str, question: str) -> int:
+    return counter.count(system) + counter.count(question)
 
 
 turn_texts = st.lists(st.tuples(hostile_text, hostile_text), max_size=10)
@@ -73,6 +89,7 @@ def _both(
             select_window(**arguments)
         except WindowError as error:
             assert type(error) is type(refused)
+            event(f"refused: {type(error).__name__}")
             return
         raise AssertionError(
             "the fast path accepted what the naive loop refused"
@@ -97,6 +114,12 @@ def assert_hard_limits_hold(
     fold: WindowFold | None,
 ) -> None:
     """The rules stated in docs/window.md, checked on the result alone."""
+    for reason in window.dropped.counts():
+        event(f"dropped for {reason}")
+    if window.floor_over_budget:
+        event("the floor kept pairs over the soft budget")
+    if window.fold_dropped_reason is not None:
+        event(f"fold not sent: {window.fold_dropped_reason}")
     # Bytes: never exceeded, floor or not.
     assert window.byte_length == len(window.body) <= policy.max_bytes
     # Context: what is sent + the reserve never exceeds it, floor or not.
@@ -126,6 +149,7 @@ def assert_hard_limits_hold(
     ]
     if left_out and len(window.kept_turn_ids) < policy.floor_pairs:
         assert left_out[0].reason in ("bytes", "count", "context")
+        event(f"the floor yielded to {left_out[0].reason}")
     # The soft budget is broken only by the floor, and never by more pairs.
     if policy.max_tokens is not None and history > policy.max_tokens:
         assert window.floor_over_budget > 0
@@ -149,54 +173,115 @@ def assert_hard_limits_hold(
     assert report["dropped_counts"] == window.dropped.counts()
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(
     texts=turn_texts,
     question=hostile_text,
     system=hostile_text,
-    policy=policies(),
     summary=st.none() | hostile_text,
+    data=st.data(),
 )
 def test_fast_window_equals_the_naive_loop(
     texts: list[tuple[str, str]],
     question: str,
     system: str,
-    policy: WindowPolicy,
     summary: str | None,
+    data: st.DataObject,
 ) -> None:
+    policy = data.draw(
+        policies(fixed_tokens(CHAR_ESTIMATE, system, question)), label="policy"
+    )
     turns = [WindowTurn(f"t{i}", q, a) for i, (q, a) in enumerate(texts)]
     fold = None if summary is None else WindowFold("f", summary, ("t-old",))
     _both(turns, question, system, policy, CHAR_ESTIMATE, fold)
 
 
-@settings(max_examples=30, deadline=None)
-@given(texts=turn_texts, question=hostile_text, policy=policies())
-def test_fast_window_equals_the_naive_loop_with_a_real_tokenizer(
-    texts: list[tuple[str, str]], question: str, policy: WindowPolicy
+@settings(max_examples=200, deadline=None)
+@given(
+    texts=st.lists(st.tuples(hostile_text, hostile_text), min_size=1, max_size=10),
+    question=hostile_text,
+    system=hostile_text,
+    summary=st.none() | hostile_text,
+    reserve=st.integers(1, 50),
+    slack=st.integers(-3, 120),
+    floor_messages=st.integers(0, 24),
+    max_tokens=st.none() | st.integers(2, 60),
+    max_message_tokens=st.none() | st.integers(1, 30),
+)
+def test_the_context_is_a_hard_limit_the_floor_cannot_beat(
+    texts: list[tuple[str, str]],
+    question: str,
+    system: str,
+    summary: str | None,
+    reserve: int,
+    slack: int,
+    floor_messages: int,
+    max_tokens: int | None,
+    max_message_tokens: int | None,
 ) -> None:
+    """Bytes and counts out of the way: the context, the floor and the soft
+    budget decide. The context is drawn around what system + question + the
+    reserve need, a few tokens short of it (the mandatory-input error) up to
+    room for several pairs, and the floor is often larger than what fits."""
+    context = max(
+        reserve + 1, fixed_tokens(CHAR_ESTIMATE, system, question) + reserve + slack
+    )
+    policy = WindowPolicy(
+        max_bytes=10**6,
+        max_tokens=max_tokens,
+        reserved_output_tokens=reserve,
+        context_tokens=context,
+        max_messages=None,
+        floor_messages=floor_messages,
+        max_message_tokens=max_message_tokens,
+        fold_max_tokens=None,
+        fold_threshold_tokens=1,
+    )
+    turns = [WindowTurn(f"t{i}", q, a) for i, (q, a) in enumerate(texts)]
+    fold = None if summary is None else WindowFold("f", summary, ("t-old",))
+    _both(turns, question, system, policy, CHAR_ESTIMATE, fold)
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    texts=turn_texts,
+    question=hostile_text,
+    summary=st.none() | hostile_text,
+    data=st.data(),
+)
+def test_fast_window_equals_the_naive_loop_with_a_real_tokenizer(
+    texts: list[tuple[str, str]],
+    question: str,
+    summary: str | None,
+    data: st.DataObject,
+) -> None:
+    counter = token_counter("o200k_base")
+    policy = data.draw(policies(fixed_tokens(counter, "sys", question)), label="policy")
     turns = [WindowTurn(f"t{i}", q * 3, a) for i, (q, a) in enumerate(texts)]
-    _both(turns, question, "sys", policy, token_counter("o200k_base"), None)
+    fold = None if summary is None else WindowFold("f", summary * 2, ("t-old",))
+    _both(turns, question, "sys", policy, counter, fold)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     texts=st.lists(st.tuples(sendable_text, sendable_text), min_size=1, max_size=8),
     outcomes=st.lists(st.sampled_from(["confirmed", "failed", "stopped"]), max_size=8),
     question=sendable_text,
-    policy=policies(),
     fold_at=st.none() | st.integers(0, 7),
     use_real_tokenizer=st.booleans(),
+    data=st.data(),
 )
 def test_the_stored_conversation_gives_the_same_bytes_as_the_naive_loop(
     texts: list[tuple[str, str]],
     outcomes: list[str],
     question: str,
-    policy: WindowPolicy,
     fold_at: int | None,
     use_real_tokenizer: bool,
+    data: st.DataObject,
 ) -> None:
     """Through the ledger: recorded sizes, sealed text, failed turns and a fold."""
     counter = token_counter("o200k_base") if use_real_tokenizer else CHAR_ESTIMATE
+    policy = data.draw(policies(fixed_tokens(counter, "sys", question)), label="policy")
     ledger = open_conversations(Settings(_env_file=None, persistence="memory"))
     try:
         conversation_id = ledger.start_conversation("owner")
