@@ -348,3 +348,28 @@ def test_a_fold_over_the_bytes_reports_its_turns_through_the_ledger(
     assert window.kept_turn_ids == ("t2",)
     assert _listed(window.dropped) == [("t0", "fold_dropped"), ("t1", "fold_dropped")]
     assert window.report()["fold_dropped_reason"] == "bytes"
+
+
+def test_a_ranged_report_needs_positions_from_the_walk() -> None:
+    policy = limits(10_000, max_pairs=1)
+    frame = frame_request(
+        model="m",
+        system="s",
+        question="q",
+        fold=None,
+        policy=policy,
+        counter=CHAR_ESTIMATE,
+    )
+    size = MessageSize(json_bytes=3, tokens=1)
+    unpositioned = [PairCandidate("t1", size, size), PairCandidate("t0", size, size)]
+    plan = plan_in_frame(frame, unpositioned, policy)
+    assert plan.stop_reason == "count" and plan.stopped_position is None
+    with pytest.raises(ValueError, match="positions"):
+        report_dropped(
+            frame=frame,
+            plan=plan,
+            after_fold=EligibleTurns(2, first_position=0, last_position=1),
+        )
+    # Without a range the same plan gives a count, and ids only if explicit.
+    dropped = report_dropped(frame=frame, plan=plan, after_fold=EligibleTurns(2))
+    assert dropped.counts() == {"count": 1} and not dropped.listable
