@@ -15,7 +15,8 @@
     ├── FoldConflictError            a fold id is reused, or a fold would cover less
     ├── PurgeIncompleteError         a deletion is recorded but its purge must be re-run
     └── WindowError                  a request window cannot be built
-        └── MandatoryInputTooLargeError  system + current question exceed max_bytes
+        ├── MandatoryInputTooLargeError     system + current question exceed max_bytes
+        └── MandatoryInputOverContextError  ... or, with the reply, context_tokens
 
 Each error carries the identifying data as attributes, and its message says
 what was wrong and why, without quoting conversation text.
@@ -176,5 +177,29 @@ class MandatoryInputTooLargeError(WindowError):
         super().__init__(
             f"the system instructions and current question alone serialize to "
             f"{required_bytes} bytes, over the {max_bytes}-byte budget; "
+            "nothing was trimmed and nothing was changed"
+        )
+
+
+class MandatoryInputOverContextError(WindowError):
+    """Raised when system instructions, the current question and the output
+    reserve exceed the model's context (`context_tokens`)."""
+
+    def __init__(
+        self,
+        *,
+        input_tokens: int,
+        reserved_output_tokens: int,
+        context_tokens: int,
+        token_counter: str,
+    ) -> None:
+        self.input_tokens = input_tokens
+        self.reserved_output_tokens = reserved_output_tokens
+        self.context_tokens = context_tokens
+        self.token_counter = token_counter
+        super().__init__(
+            f"the system instructions and current question alone are {input_tokens} "
+            f"tokens ({token_counter}); with {reserved_output_tokens} reserved for "
+            f"the reply that is over the model's {context_tokens}-token context; "
             "nothing was trimmed and nothing was changed"
         )

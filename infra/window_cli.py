@@ -146,5 +146,5 @@ def _counts(counts: dict[str, int]) -> str:
 def _fold(window: Window) -> str:
     if window.fold_id is None:
         return "none"
-    state = "sent" if window.fold_sent else "not sent (bytes)"
+    state = "sent" if window.fold_sent else f"not sent ({window.fold_dropped_reason})"
     return f"{window.fold_id}: {state}"

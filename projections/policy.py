@@ -40,9 +40,15 @@ def check_fold_gap(max_tokens: int | None, fold_threshold_tokens: int) -> None:
 
 
 class WindowPolicy(BaseModel):
-    """What a request window may contain. Bytes are hard, tokens soft."""
+    """What a request window may contain.
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    Strict: a limit is an integer, never a boolean, a numeric string or a
+    float (`True` would otherwise mean 1 pair, `"4096"` would pass unseen).
+    Settings parse the environment's strings into integers first and build
+    the policy from those.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
     wire_format: WireFormatName = "openai-chat"
     # Hard limit: the exact UTF-8 length of the body. Never exceeded.

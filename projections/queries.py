@@ -11,8 +11,8 @@ version has lost its key: the query then starts again at the new head.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 from uuid import UUID
 
@@ -31,6 +31,7 @@ from turnledger.domain.results import (
     ProjectedWindow,
 )
 from turnledger.domain.text import check_identifier, check_text
+from turnledger.projections.dropped import DroppedTurns, EligibleTurns
 from turnledger.projections.ledger_rows import ConversationRow, FoldRow, TurnRow
 from turnledger.projections.policy import WindowPolicy
 from turnledger.projections.read_side import ReadSide, current_fold
@@ -42,17 +43,18 @@ from turnledger.projections.tokens import (
     needs_trim_by_chars,
 )
 from turnledger.projections.window import (
-    DroppedSpan,
-    DroppedTurns,
+    Frame,
     MessageSize,
     PairCandidate,
     Window,
+    WindowPlan,
     WindowTurn,
     build_window,
     frame_request,
     measure_pair,
     plan_in_frame,
     prepare_fold,
+    report_dropped,
     resolve_policy,
 )
 
@@ -342,6 +344,7 @@ class ConversationQueries:
                         MessageSize(
                             sizes.answer_json_bytes, char_estimate(sizes.answer_chars)
                         ),
+                        row.position,
                     )
                     continue
                 question_text, answer_text = read([row])[row.turn_id]
@@ -349,7 +352,7 @@ class ConversationQueries:
                     WindowTurn(row.turn_id, question_text, answer_text), counter, limit
                 )
                 sent[row.turn_id] = as_sent
-                yield candidate
+                yield replace(candidate, position=row.position)
 
         plan = plan_in_frame(frame, candidates(), policy)
         kept = len(plan.kept_newest_first)
@@ -360,12 +363,11 @@ class ConversationQueries:
             sent.get(row.turn_id) or WindowTurn(row.turn_id, *read_now[row.turn_id])
             for row in kept_rows
         ]
-        stopped = walked[kept] if plan.stop_reason is not None else None
         return build_window(
             frame=frame,
             plan=plan,
             sent_turns=sent_turns,
-            dropped=self._dropped(head, fold, plan.stop_reason, stopped, kept),
+            dropped=self._dropped(head, fold, frame, plan),
             policy=policy,
             counter=counter,
             fold_due=self._fold_due(
@@ -394,11 +396,10 @@ class ConversationQueries:
         self,
         head: ConversationRow,
         fold: FoldRow | None,
-        stop_reason: str | None,
-        stopped: TurnRow | None,
-        kept: int,
+        frame: Frame,
+        plan: WindowPlan,
     ) -> DroppedTurns:
-        """Spans of dropped turns; their ids are read only when asked for, from
+        """Spans of dropped turns; their ids are listed only when asked for, from
         facts pinned to the window's version, so they never change."""
         read_side, conversation_id, version = (
             self.read_side,
@@ -406,32 +407,26 @@ class ConversationQueries:
             head.version,
         )
 
-        def ids(first: int, last: int) -> Callable[[], tuple[str, ...]]:
-            return lambda: read_side.eligible_ids(
+        def list_ids(first: int, last: int) -> tuple[str, ...]:
+            return read_side.eligible_ids(
                 conversation_id, first=first, last=last, as_of=version
             )
 
-        spans = []
-        covered = 0
-        boundary = -1
-        if fold is not None:
-            covered = fold.covered_eligible
-            boundary = fold.covers_through_position
-            spans.append(
-                DroppedSpan(
-                    "fold", covered, fold.covers_through_turn_id, ids(0, boundary)
-                )
-            )
-        if stop_reason is not None and stopped is not None:
-            spans.append(
-                DroppedSpan(
-                    stop_reason,  # type: ignore[arg-type]
-                    head.eligible_count - covered - kept,
-                    stopped.turn_id,
-                    ids(boundary + 1, stopped.position),
-                )
-            )
-        return DroppedTurns(spans)
+        covered = 0 if fold is None else fold.covered_eligible
+        after = 0 if fold is None else fold.covers_through_position + 1
+        return report_dropped(
+            frame=frame,
+            plan=plan,
+            after_fold=EligibleTurns(
+                head.eligible_count - covered,
+                first_position=after,
+                last_position=max(head.turn_count - 1, after - 1),
+            ),
+            fold_covers=None
+            if fold is None
+            else EligibleTurns(covered, fold.covers_through_turn_id, 0, after - 1),
+            list_ids=list_ids,
+        )
 
     # Folds --------------------------------------------------------------------
 

@@ -8,10 +8,13 @@ The window is the longest contiguous newest suffix of whole eligible turns
 2. BYTES  the exact UTF-8 length of the body in the chosen wire format never
           exceeds ``max_bytes``; system + question alone over it is an error.
 3. COUNT  at most ``max_messages`` history messages and ``max_pairs`` pairs.
-4. FLOOR  the newest ``floor_messages`` are kept even over the token budget,
-          never over the byte or count limits.
-5. TOKENS past the floor, pairs are added while the history stays within
-          the token budget.
+4. CONTEXT with ``context_tokens`` set, system + fold + history + question +
+          the output reserve never exceed it; system + question + reserve
+          alone over it is an error.
+5. FLOOR  the newest ``floor_messages`` are kept even over the token budget,
+          never over the byte, count or context limits.
+6. TOKENS past the floor, pairs are added while the history stays within
+          the (soft) token budget ``max_tokens``.
 
 The walk goes back from the newest turn and stops at the first pair that
 breaks a limit: a large recent pair is never skipped to pack an older one, so
@@ -26,12 +29,26 @@ pairs it keeps need to be decrypted.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Literal
 
-from turnledger.domain.errors import MandatoryInputTooLargeError
+from turnledger.domain.errors import (
+    MandatoryInputOverContextError,
+    MandatoryInputTooLargeError,
+)
 from turnledger.domain.text import json_string_size
+from turnledger.projections.dropped import (
+    DROP_REASONS,
+    DroppedSpan,
+    DroppedTurn,
+    DroppedTurns,
+    DropReason,
+    EligibleTurns,
+    FoldDropReason,
+    TurnIdLister,
+    TurnIdsUnavailableError,
+)
 from turnledger.projections.formats import (
     RequestParts,
     encode_json,
@@ -48,10 +65,13 @@ from turnledger.projections.tokens import (
 )
 
 __all__ = [
+    "DROP_REASONS",
     "DropReason",
     "DroppedSpan",
     "DroppedTurn",
     "DroppedTurns",
+    "EligibleTurns",
+    "FoldDropReason",
     "MessageSize",
     "PairCandidate",
     "PreparedFold",
@@ -60,19 +80,24 @@ __all__ = [
     "WindowFold",
     "WindowPlan",
     "WindowTurn",
+    "Frame",
+    "TurnIdLister",
+    "TurnIdsUnavailableError",
     "build_window",
+    "context_token_budget",
     "encode_json",
-    "history_token_budget",
+    "frame_request",
     "mandatory_size",
     "measure_pair",
+    "plan_in_frame",
     "plan_window",
     "prepare_fold",
     "render_request",
+    "report_dropped",
+    "resolve_policy",
     "select_window",
     "turn_cost",
 ]
-
-DropReason = Literal["bytes", "tokens", "count", "fold"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +134,9 @@ class PairCandidate:
     turn_id: str
     question: MessageSize
     answer: MessageSize
+    # Its position in the conversation's turn order (every status counted),
+    # when the caller knows it; the dropped report's ranges come from it.
+    position: int | None = None
 
     @property
     def tokens(self) -> int:
@@ -129,75 +157,6 @@ class TrimmedMessage:
 
 
 @dataclass(frozen=True, slots=True)
-class DroppedTurn:
-    turn_id: str
-    reason: DropReason
-
-
-@dataclass(frozen=True, slots=True)
-class DroppedSpan:
-    """`count` contiguous eligible turns left out for one reason.
-
-    The ids are produced on demand: listing every dropped turn of a long
-    conversation costs time proportional to its length, which the window
-    itself never spends.
-    """
-
-    reason: DropReason
-    count: int
-    newest_turn_id: str | None
-    ids: Callable[[], Iterable[str]] = field(repr=False, compare=False)
-
-    def turn_ids(self) -> tuple[str, ...]:
-        return tuple(self.ids())
-
-
-class DroppedTurns:
-    """The eligible turns a window left out, oldest first, with reasons."""
-
-    __slots__ = ("_spans",)
-
-    def __init__(self, spans: Iterable[DroppedSpan] = ()) -> None:
-        self._spans = tuple(span for span in spans if span.count > 0)
-
-    @property
-    def spans(self) -> tuple[DroppedSpan, ...]:
-        return self._spans
-
-    def __len__(self) -> int:
-        return sum(span.count for span in self._spans)
-
-    def __bool__(self) -> bool:
-        return bool(self._spans)
-
-    def __iter__(self) -> Iterator[DroppedTurn]:
-        for span in self._spans:
-            for turn_id in span.ids():
-                yield DroppedTurn(turn_id, span.reason)
-
-    def turn_ids(self) -> tuple[str, ...]:
-        return tuple(turn.turn_id for turn in self)
-
-    def counts(self) -> dict[str, int]:
-        """Dropped turns per reason."""
-        totals: dict[str, int] = {}
-        for span in self._spans:
-            totals[span.reason] = totals.get(span.reason, 0) + span.count
-        return totals
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, DroppedTurns):
-            return NotImplemented
-        return list(self) == list(other)
-
-    def __hash__(self) -> int:
-        return hash(tuple(self))
-
-    def __repr__(self) -> str:
-        return f"DroppedTurns({self.counts()})"
-
-
-@dataclass(frozen=True, slots=True)
 class Window:
     """A request body and the report of what went into it."""
 
@@ -214,6 +173,9 @@ class Window:
     fold_id: str | None = None
     fold_sent: bool = False
     fold_due: bool = False
+    # Why the fold (fold_id) was not sent: it broke the byte limit or the
+    # context. Its covered turns are then dropped as "fold_dropped".
+    fold_dropped_reason: FoldDropReason | None = None
 
     @property
     def byte_length(self) -> int:
@@ -228,8 +190,15 @@ class Window:
         """True when an eligible turn was not sent as itself."""
         return bool(self.dropped)
 
-    def report(self, *, with_turn_ids: bool = True) -> dict[str, object]:
-        """The report as plain data (no message text), e.g. for JSON output."""
+    def report(
+        self, *, with_turn_ids: bool = True, list_ids: TurnIdLister | None = None
+    ) -> dict[str, object]:
+        """The report as plain data (no message text), e.g. for JSON output.
+
+        `dropped_spans` says what was left out in constant size; with
+        `with_turn_ids` every dropped turn is listed too (`dropped`), which
+        needs explicit ids or a lister (here or in `dropped`).
+        """
         report: dict[str, object] = {
             "wire_format": self.wire_format,
             "body_bytes": self.byte_length,
@@ -239,6 +208,7 @@ class Window:
             "history_tokens": self.history_tokens,
             "kept_turn_ids": list(self.kept_turn_ids),
             "dropped_counts": self.dropped.counts(),
+            "dropped_spans": [span.summary() for span in self.dropped.spans],
             "trimmed": [
                 {
                     "turn_id": item.turn_id,
@@ -251,13 +221,14 @@ class Window:
             "floor_over_budget": self.floor_over_budget,
             "fold_id": self.fold_id,
             "fold_sent": self.fold_sent,
+            "fold_dropped_reason": self.fold_dropped_reason,
             "fold_due": self.fold_due,
             "omitted": self.omitted,
         }
         if with_turn_ids:
             report["dropped"] = [
                 {"turn_id": turn.turn_id, "reason": turn.reason}
-                for turn in self.dropped
+                for turn in self.dropped.turns(list_ids)
             ]
         return report
 
@@ -275,6 +246,7 @@ class WindowPlan:
     body_bytes: int
     history_tokens: int
     floor_over_budget: int
+    stopped_position: int | None = None  # its position, when candidates carry one
 
 
 def plan_window(
@@ -286,59 +258,67 @@ def plan_window(
     token_budget: int | None,
     max_pairs: int | None,
     floor_pairs: int,
+    context_budget: int | None = None,
 ) -> WindowPlan:
     """Walk back from the newest pair; stop at the first that breaks a limit.
 
-    `base_bytes` is the body without history (system, fold, question). The
-    iterable is consumed only as far as the walk goes.
+    `base_bytes` is the body without history (system, fold, question).
+    `context_budget` is the history's share of the model's context: a hard
+    limit like the bytes and the counts. `token_budget` is soft: the first
+    `floor_pairs` pairs are kept over it, never over a hard limit. When a
+    pair breaks several limits the hard one is reported. The iterable is
+    consumed only as far as the walk goes.
     """
     if base_bytes > max_bytes:
         raise MandatoryInputTooLargeError(base_bytes, max_bytes)
+    if context_budget is not None and context_budget < 0:
+        raise ValueError("the context budget of the history cannot be negative")
     remaining = max_bytes - base_bytes
     tokens = 0
     kept: list[PairCandidate] = []
     over_budget = 0
     stop_reason: DropReason | None = None
-    stopped_at: str | None = None
+    stopped: PairCandidate | None = None
     for candidate in candidates_newest_first:
+        with_pair = tokens + candidate.tokens
         if max_pairs is not None and len(kept) >= max_pairs:
             stop_reason = "count"
         elif candidate.bytes_in(wire_format) > remaining:
             stop_reason = "bytes"
-        elif token_budget is not None and tokens + candidate.tokens > token_budget:
+        elif context_budget is not None and with_pair > context_budget:
+            stop_reason = "context"
+        elif token_budget is not None and with_pair > token_budget:
             if len(kept) >= floor_pairs:
                 stop_reason = "tokens"
             else:
                 over_budget += 1
         if stop_reason is not None:
-            stopped_at = candidate.turn_id
+            stopped = candidate
             break
         kept.append(candidate)
         remaining -= candidate.bytes_in(wire_format)
-        tokens += candidate.tokens
+        tokens = with_pair
     return WindowPlan(
         kept_newest_first=tuple(kept),
         stop_reason=stop_reason,
-        stopped_at=stopped_at,
+        stopped_at=None if stopped is None else stopped.turn_id,
         body_bytes=max_bytes - remaining,
         history_tokens=tokens,
         floor_over_budget=over_budget,
+        stopped_position=None if stopped is None else stopped.position,
     )
 
 
-def history_token_budget(policy: WindowPolicy, *, fixed_tokens: int) -> int | None:
-    """The history's token budget: the policy's, shrunk to fit the context.
+def context_token_budget(policy: WindowPolicy, *, fixed_tokens: int) -> int | None:
+    """Tokens of the model's context left for what `fixed_tokens` leaves out.
 
-    `fixed_tokens` are the tokens of what is always sent (system, fold and
-    question). With a context window, history + fixed + the output reserve
-    must fit in it.
+    With `context_tokens` set, everything sent plus the output reserve must
+    fit in it: the result is context - reserve - fixed, negative when the
+    fixed part alone does not fit. None when no context is set.
     """
-    budgets = [] if policy.max_tokens is None else [policy.max_tokens]
-    if policy.context_tokens is not None:
-        budgets.append(
-            max(0, policy.context_tokens - policy.reserved_output_tokens - fixed_tokens)
-        )
-    return min(budgets) if budgets else None
+    if policy.context_tokens is None:
+        return None
+    return policy.context_tokens - policy.reserved_output_tokens - fixed_tokens
 
 
 # Measuring --------------------------------------------------------------------
@@ -396,6 +376,9 @@ class Frame:
     fold_id: str | None
     base_bytes: int
     fixed_tokens: int
+    # The history's share of the model's context (None: no context set).
+    context_budget: int | None = None
+    fold_dropped_reason: FoldDropReason | None = None
 
 
 def frame_request(
@@ -407,7 +390,13 @@ def frame_request(
     policy: WindowPolicy,
     counter: TokenCounter,
 ) -> Frame:
-    """System + question (+ the fold when it fits): mandatory or an error."""
+    """System + question (+ the fold when it fits): mandatory or an error.
+
+    System + question must fit the byte limit and, with a context, leave the
+    output reserve in it; otherwise MandatoryInputTooLargeError or
+    MandatoryInputOverContextError. The fold is sent only when it fits both
+    beside them; else it is reported as dropped, with the limit it broke.
+    """
     parts = RequestParts(
         model=model,
         system=system,
@@ -418,21 +407,48 @@ def frame_request(
     if mandatory > policy.max_bytes:
         raise MandatoryInputTooLargeError(mandatory, policy.max_bytes)
     fixed_tokens = counter.count(system) + counter.count(question)
-    fold_id = None if fold is None else fold.fold_id
-    if fold is not None:
-        with_fold = RequestParts(
-            model=model,
-            system=system,
-            question=question,
-            fold=fold.text,
-            max_output_tokens=policy.reserved_output_tokens,
+    context_budget = context_token_budget(policy, fixed_tokens=fixed_tokens)
+    if context_budget is not None and context_budget < 0:
+        assert policy.context_tokens is not None
+        raise MandatoryInputOverContextError(
+            input_tokens=fixed_tokens,
+            reserved_output_tokens=policy.reserved_output_tokens,
+            context_tokens=policy.context_tokens,
+            token_counter=counter.name,
         )
-        with_fold_bytes = len(render_body(policy.wire_format, with_fold))
-        if with_fold_bytes <= policy.max_bytes:
-            return Frame(
-                with_fold, fold, fold_id, with_fold_bytes, fixed_tokens + fold.tokens
-            )
-    return Frame(parts, None, fold_id, mandatory, fixed_tokens)
+    if fold is None:
+        return Frame(parts, None, None, mandatory, fixed_tokens, context_budget)
+    with_fold = RequestParts(
+        model=model,
+        system=system,
+        question=question,
+        fold=fold.text,
+        max_output_tokens=policy.reserved_output_tokens,
+    )
+    with_fold_bytes = len(render_body(policy.wire_format, with_fold))
+    dropped_for: FoldDropReason | None = None
+    if with_fold_bytes > policy.max_bytes:
+        dropped_for = "bytes"
+    elif context_budget is not None and fold.tokens > context_budget:
+        dropped_for = "context"
+    if dropped_for is not None:
+        return Frame(
+            parts,
+            None,
+            fold.fold_id,
+            mandatory,
+            fixed_tokens,
+            context_budget,
+            fold_dropped_reason=dropped_for,
+        )
+    return Frame(
+        with_fold,
+        fold,
+        fold.fold_id,
+        with_fold_bytes,
+        fixed_tokens + fold.tokens,
+        None if context_budget is None else context_budget - fold.tokens,
+    )
 
 
 def plan_in_frame(
@@ -445,10 +461,66 @@ def plan_in_frame(
         wire_format=policy.wire_format,
         base_bytes=frame.base_bytes,
         max_bytes=policy.max_bytes,
-        token_budget=history_token_budget(policy, fixed_tokens=frame.fixed_tokens),
+        token_budget=policy.max_tokens,
+        context_budget=frame.context_budget,
         max_pairs=policy.max_pairs_total,
         floor_pairs=policy.floor_pairs,
     )
+
+
+# The dropped report -------------------------------------------------------------
+
+
+def report_dropped(
+    *,
+    frame: Frame,
+    plan: WindowPlan,
+    after_fold: EligibleTurns,
+    fold_covers: EligibleTurns | None = None,
+    list_ids: TurnIdLister | None = None,
+) -> DroppedTurns:
+    """What the window left out, as spans, from the plan and plain facts.
+
+    `after_fold` are the eligible turns the walk could reach (after the
+    current fold, or all of them); `fold_covers` the eligible turns the
+    current fold covers. Covered turns are dropped as "fold" when the fold
+    was sent and as "fold_dropped" when it did not fit. Of `after_fold`, the
+    turns older than the kept suffix are dropped for the limit that stopped
+    the walk: the span runs from `after_fold.first_position` to the position
+    of the pair where the walk stopped. `list_ids` is handed to the result.
+    """
+    kept = len(plan.kept_newest_first)
+    if kept > after_fold.count:
+        raise ValueError("the plan kept more turns than the walk could reach")
+    spans: list[DroppedSpan] = []
+    if fold_covers is not None:
+        spans.append(
+            DroppedSpan(
+                "fold" if frame.fold is not None else "fold_dropped",
+                fold_covers.count,
+                fold_covers.newest_turn_id,
+                fold_covers.first_position,
+                fold_covers.last_position,
+                fold_covers.turn_ids,
+            )
+        )
+    left_out = after_fold.count - kept
+    if plan.stop_reason is not None and left_out > 0:
+        ids = after_fold.turn_ids
+        has_range = after_fold.first_position is not None
+        if has_range and plan.stopped_position is None:
+            raise ValueError("a ranged report needs candidates with positions")
+        spans.append(
+            DroppedSpan(
+                plan.stop_reason,
+                left_out,
+                plan.stopped_at,
+                after_fold.first_position if has_range else None,
+                plan.stopped_position if has_range else None,
+                None if ids is None else ids[:left_out],
+            )
+        )
+    return DroppedTurns(spans, list_ids=list_ids)
 
 
 def build_window(
@@ -514,14 +586,11 @@ def build_window(
         fold_id=frame.fold_id,
         fold_sent=frame.fold is not None,
         fold_due=fold_due,
+        fold_dropped_reason=frame.fold_dropped_reason,
     )
 
 
 # The whole window from texts in memory -----------------------------------------
-
-
-def _explicit(ids: Sequence[str]) -> Callable[[], Iterable[str]]:
-    return lambda: ids
 
 
 def select_window(
@@ -562,28 +631,19 @@ def select_window(
     plan = plan_in_frame(frame, (candidate for candidate, _ in measured), policy)
     kept = len(plan.kept_newest_first)
     sent = [sent_turn for _, sent_turn in measured[:kept]][::-1]
-    left_out = [turn.turn_id for turn in turns[: len(turns) - kept]]
-    spans = []
-    if fold is not None:
-        spans.append(
-            DroppedSpan(
-                "fold",
-                len(fold.covered_turn_ids),
-                fold.covered_turn_ids[-1] if fold.covered_turn_ids else None,
-                _explicit(tuple(fold.covered_turn_ids)),
-            )
-        )
-    if plan.stop_reason is not None:
-        spans.append(
-            DroppedSpan(
-                plan.stop_reason, len(left_out), plan.stopped_at, _explicit(left_out)
-            )
-        )
+    dropped = report_dropped(
+        frame=frame,
+        plan=plan,
+        after_fold=EligibleTurns.of_ids([turn.turn_id for turn in turns]),
+        fold_covers=None
+        if fold is None
+        else EligibleTurns.of_ids(fold.covered_turn_ids),
+    )
     return build_window(
         frame=frame,
         plan=plan,
         sent_turns=sent,
-        dropped=DroppedTurns(spans),
+        dropped=dropped,
         policy=policy,
         counter=counter,
     )

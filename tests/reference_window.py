@@ -8,12 +8,22 @@ path's sums, floor and stopping rule produce the very same bytes.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
-from turnledger.domain.errors import MandatoryInputTooLargeError
+from turnledger.domain.errors import (
+    MandatoryInputOverContextError,
+    MandatoryInputTooLargeError,
+)
 from turnledger.projections.formats import RequestParts, label_fold, render_body
 from turnledger.projections.policy import WindowPolicy
 from turnledger.projections.tokens import TokenCounter, trim_text
 from turnledger.projections.window import WindowFold, WindowTurn
+
+
+class NaiveWindow(NamedTuple):
+    body: bytes
+    kept_turn_ids: tuple[str, ...]
+    fold_dropped_reason: str | None  # "bytes" or "context" when a fold was not sent
 
 
 def naive_window(
@@ -25,8 +35,14 @@ def naive_window(
     policy: WindowPolicy,
     counter: TokenCounter,
     fold: WindowFold | None = None,
-) -> tuple[bytes, tuple[str, ...]]:
-    """(body, kept turn ids) by trying suffixes from the longest down."""
+) -> NaiveWindow:
+    """Body, kept turn ids and the fold's fate, trying suffixes longest first.
+
+    A suffix is acceptable when it obeys every hard limit (bytes, counts and,
+    with a context, system + fold + history + question + reserve within it)
+    and either stays within the soft token budget or is no longer than the
+    floor.
+    """
     fmt = policy.wire_format
 
     def body(suffix: Sequence[WindowTurn], fold_text: str | None) -> bytes:
@@ -50,22 +66,30 @@ def naive_window(
     mandatory = len(body([], None))
     if mandatory > policy.max_bytes:
         raise MandatoryInputTooLargeError(mandatory, policy.max_bytes)
+    fixed = counter.count(system) + counter.count(question)
+    context = policy.context_tokens
+    reserve = policy.reserved_output_tokens
+    if context is not None and fixed + reserve > context:
+        raise MandatoryInputOverContextError(
+            input_tokens=fixed,
+            reserved_output_tokens=reserve,
+            context_tokens=context,
+            token_counter=counter.name,
+        )
     fold_text = None
+    fold_dropped_reason = None
     if fold is not None:
         fold_text = label_fold(
             trim_text(fold.summary, counter, policy.fold_max_tokens).text
         )
         if len(body([], fold_text)) > policy.max_bytes:
-            fold_text = None
-    fixed = counter.count(system) + counter.count(question)
+            fold_text, fold_dropped_reason = None, "bytes"
+        elif context is not None and (
+            fixed + counter.count(fold_text) + reserve > context
+        ):
+            fold_text, fold_dropped_reason = None, "context"
     if fold_text is not None:
         fixed += counter.count(fold_text)
-    budgets = [] if policy.max_tokens is None else [policy.max_tokens]
-    if policy.context_tokens is not None:
-        budgets.append(
-            max(0, policy.context_tokens - policy.reserved_output_tokens - fixed)
-        )
-    budget = min(budgets) if budgets else None
     pair_limit = min(
         [
             n
@@ -90,7 +114,15 @@ def naive_window(
             + trim_text(turn.answer, counter, policy.max_message_tokens).tokens
             for turn in suffix
         )
-        if budget is not None and tokens > budget and len(suffix) > floor:
+        if context is not None and fixed + tokens + reserve > context:
             continue
-        return candidate, tuple(turn.turn_id for turn in suffix)
+        if (
+            policy.max_tokens is not None
+            and tokens > policy.max_tokens
+            and len(suffix) > floor
+        ):
+            continue
+        return NaiveWindow(
+            candidate, tuple(turn.turn_id for turn in suffix), fold_dropped_reason
+        )
     raise AssertionError("the empty suffix always fits")

@@ -193,8 +193,9 @@ class WindowIn(RequestModel):
     )
     policy: WindowPolicy | None = Field(
         default=None,
-        description="every option of the window policy; with neither policy nor "
-        "max_bytes, the service's configured policy (TURNLEDGER_WINDOW_*) applies",
+        description="every option of the window policy, integers strictly (no "
+        'true, "4096" or 4096.0); with neither policy nor max_bytes, the '
+        "service's configured policy (TURNLEDGER_WINDOW_*) applies",
     )
     tokenizer: TokenizerName | None = Field(
         default=None,

@@ -75,9 +75,7 @@ def test_any_history_audits_clean_and_accounts_for_every_receipt(
         # either: the deletion erased the size that stopped it. Every receipt is
         # either verified or not re-derivable because of a named deleted turn.
         assert audit.receipts_not_rederivable >= surely_gone
-        assert (
-            audit.receipts_verified + audit.receipts_not_rederivable == len(receipts)
-        )
+        assert audit.receipts_verified + audit.receipts_not_rederivable == len(receipts)
         for finding in audit.findings:
             named = finding.detail.split("(")[-1].rstrip(")").split(", ")
             assert set(named) <= deleted | {""}, finding

@@ -7,7 +7,11 @@ import re
 
 import pytest
 
-from turnledger.domain.errors import MandatoryInputTooLargeError
+from turnledger.domain.errors import (
+    MandatoryInputOverContextError,
+    MandatoryInputTooLargeError,
+    WindowError,
+)
 from turnledger.infra.tokenizers import token_counter
 from turnledger.projections.formats import FOLD_LABEL, RequestParts, render_body
 from turnledger.projections.policy import WindowPolicy
@@ -170,7 +174,74 @@ def test_the_context_window_and_output_reserve_shrink_the_token_budget() -> None
         policy(max_tokens=1_000, context_tokens=100, reserved_output_tokens=50),
     )
     assert tight.kept_turn_ids == ("t2", "t3")
-    assert tight.dropped.counts() == {"tokens": 2}
+    # The context, a hard limit, stopped the walk, not the soft budget.
+    assert tight.dropped.counts() == {"context": 2}
+
+
+def test_the_floor_never_breaks_the_context() -> None:
+    """The issue's case: a 1,000-token context, 500 reserved for the reply and
+    a 400-token system + question leave 100 tokens; the floor of 10 messages
+    used to keep 5 pairs of 200 tokens (1,400 tokens of context) anyway."""
+    turns = [turn(f"t{i}", 400, 400) for i in range(6)]  # 200 tokens a pair
+    rules = policy(
+        max_tokens=4_000,
+        context_tokens=1_000,
+        reserved_output_tokens=500,
+        floor_messages=10,
+    )
+    system, question = "s" * 800, "q" * 800  # 200 tokens each
+    result = window(turns, rules, system=system, question=question)
+    assert result.kept_turn_ids == ()
+    assert result.dropped.counts() == {"context": 6}
+    assert result.estimated_tokens + 500 <= 1_000
+    # Room for exactly one pair: the floor stops at the context, not at 5 pairs.
+    wider = WindowPolicy.model_validate({**rules.model_dump(), "context_tokens": 1_200})
+    one_pair = window(turns, wider, system=system, question=question)
+    assert one_pair.kept_turn_ids == ("t5",)
+    roomy = window(turns, policy(max_tokens=4_000, floor_messages=10))
+    assert len(roomy.kept_turn_ids) == 6
+
+
+def test_the_floor_still_beats_the_soft_budget_inside_the_context() -> None:
+    turns = [turn(f"t{i}", 160, 160) for i in range(4)]  # 80 tokens a pair
+    rules = policy(
+        max_tokens=100, context_tokens=300, reserved_output_tokens=50, floor_messages=8
+    )
+    # 300 - 50 - 1 (system + question) = 249 tokens: three pairs, the floor
+    # asks for four, the soft budget for one.
+    result = window(turns, rules)
+    assert result.kept_turn_ids == ("t1", "t2", "t3")
+    assert result.floor_over_budget == 2
+    assert result.history_tokens == 240 > 100
+    assert result.dropped.counts() == {"context": 1}
+
+
+def test_mandatory_input_over_the_context_is_a_typed_error() -> None:
+    rules = policy(context_tokens=100, reserved_output_tokens=60)
+    fits = "x" * (4 * 39 - 4)  # 38 tokens + "Q?" = 39, + 60 reserved < 100
+    assert window([turn("t1")], rules, system=fits).kept_turn_ids == ()
+    exact = "x" * (4 * 39)  # 39 + 1 + 60 = 100: nothing left, but it fits
+    assert window([turn("t1")], rules, system=exact).dropped.counts() == {"context": 1}
+    with pytest.raises(MandatoryInputOverContextError) as raised:
+        window([turn("t1")], rules, system=exact + "x")
+    assert isinstance(raised.value, WindowError)
+    assert raised.value.input_tokens == 41
+    assert raised.value.reserved_output_tokens == 60
+    assert raised.value.context_tokens == 100
+    assert raised.value.token_counter == "char/4"
+    assert "101" not in str(raised.value) and "100-token context" in str(raised.value)
+
+
+def test_a_fold_over_the_context_is_dropped_and_reported() -> None:
+    fold = WindowFold("f1", "s" * 400, covered_turn_ids=("t1", "t2"))  # ~130 tokens
+    rules = policy(context_tokens=120, reserved_output_tokens=10)
+    result = window([turn("t3")], rules, fold=fold)
+    assert not result.fold_sent and result.fold_dropped_reason == "context"
+    assert b"Summary of the earlier" not in result.body
+    assert result.kept_turn_ids == ("t3",)
+    assert result.dropped.counts() == {"fold_dropped": 2}
+    roomy = window([turn("t3")], policy(), fold=fold)
+    assert roomy.fold_sent and roomy.fold_dropped_reason is None
 
 
 def test_a_real_tokenizer_can_decide_where_char_over_four_would_not() -> None:
@@ -249,11 +320,30 @@ def test_the_fold_has_its_own_token_budget() -> None:
 
 
 def test_a_fold_that_does_not_fit_the_bytes_is_reported_not_sent() -> None:
-    fold = WindowFold("f1", "s" * 5_000, covered_turn_ids=("t1",))
+    fold = WindowFold("f1", "s" * 5_000, covered_turn_ids=("t0", "t1"))
     result = window([turn("t2")], policy(max_bytes=1_000), fold=fold)
     assert not result.fold_sent and result.fold_id == "f1"
     assert result.kept_turn_ids == ("t2",)
     assert b"Summary of the earlier" not in result.body
+    # The caller learns that older context is missing, and why.
+    assert result.fold_dropped_reason == "bytes"
+    assert [(d.turn_id, d.reason) for d in result.dropped] == [
+        ("t0", "fold_dropped"),
+        ("t1", "fold_dropped"),
+    ]
+    assert result.omitted
+    report = result.report()
+    assert report["fold_sent"] is False and report["fold_dropped_reason"] == "bytes"
+    assert report["dropped_counts"] == {"fold_dropped": 2}
+    assert report["dropped_spans"] == [
+        {
+            "reason": "fold_dropped",
+            "count": 2,
+            "newest_turn_id": "t1",
+            "first_position": None,
+            "last_position": None,
+        }
+    ]
 
 
 # The report ---------------------------------------------------------------------------
