@@ -16,7 +16,6 @@ Prints medians and the ratio audit/raw (target: at least 0.5).
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
@@ -31,7 +30,6 @@ from psycopg import sql  # noqa: E402
 
 from turnledger.domain.application import Conversations  # noqa: E402
 from turnledger.domain.audit import Auditor  # noqa: E402
-from turnledger.domain.conversation import Conversation, TurnSizes  # noqa: E402
 from turnledger.infra.persistence import open_conversations  # noqa: E402
 from turnledger.infra.settings import Settings  # noqa: E402
 from turnledger.infra.vault import new_master_key  # noqa: E402
@@ -40,33 +38,16 @@ PAGE = 1000
 
 
 def bulk_conversations(ledger: Conversations, conversations: int, turns: int) -> None:
-    """Many events per save: aggregates built in memory, saved 10 at a time.
-
-    The sealed texts are random bytes of a realistic size: the chain is
-    verified over stored bytes and never decrypts them.
-    """
-    sizes = TurnSizes(
-        question_json_bytes=200,
-        answer_json_bytes=600,
-        question_chars=198,
-        answer_chars=598,
-    )
-    batch: list[Conversation] = []
+    """Conversations of `turns` turns each, through the public bulk import."""
+    question, answer = "q" * 198, "a" * 598
     for index in range(conversations):
-        conversation = Conversation(owner_id=f"owner-{index % 50}")
-        for turn in range(turns):
-            conversation.confirm_turn(
-                turn_id=f"t{turn}",
-                sealed_question=os.urandom(29 + 198),
-                sealed_answer=os.urandom(29 + 598),
-                sizes=sizes,
-            )
-        batch.append(conversation)
-        if len(batch) == 10:
-            ledger.save(*batch)
-            batch = []
-    if batch:
-        ledger.save(*batch)
+        owner = f"owner-{index % 50}"
+        conversation_id = ledger.start_conversation(owner)
+        ledger.confirm_turns(
+            owner,
+            conversation_id,
+            [(f"t{turn}", question, answer) for turn in range(turns)],
+        )
 
 
 def conversations_with_receipts(ledger: Conversations, count: int, turns: int) -> int:

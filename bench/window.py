@@ -7,9 +7,9 @@ check that both give the same bytes, and print the ratio. The naive loop is
 run only up to --naive-max turns (it is quadratic).
 
 Part 2 (PostgreSQL): project a 50-turn window from conversations of 1,000 and
-100,000 turns and print the ratio of the two, cold (a new application: the
-aggregate is loaded from its snapshot) and warm (an application with an
-query cache, as a long-running service would have).
+100,000 turns and print the ratio of the two, cold (the first call of a new
+application) and warm (later calls of a long-running one). Windows are read
+from the read side; nothing is cached between calls.
 
     .venv/bin/python bench/window.py                       # everything
     .venv/bin/python bench/window.py --skip-postgres --sizes 1000 10000
@@ -33,10 +33,7 @@ import psycopg  # noqa: E402
 from psycopg import sql  # noqa: E402
 
 from turnledger.domain.application import Conversations  # noqa: E402
-from turnledger.domain.conversation import Conversation, TurnSizes  # noqa: E402
-from turnledger.domain.text import TextMetrics  # noqa: E402
 from turnledger.infra.persistence import open_conversations  # noqa: E402
-from turnledger.infra.postgres import PostgresKeyStore  # noqa: E402
 from turnledger.infra.settings import Settings  # noqa: E402
 from turnledger.infra.vault import new_master_key  # noqa: E402
 from turnledger.projections.formats import RequestParts, render_body  # noqa: E402
@@ -83,81 +80,19 @@ def make_texts(count: int, seed: int = 7) -> list[tuple[str, str]]:
     return texts
 
 
-class BufferedKeys:
-    """Collects new turn keys and writes them in one transaction per batch."""
-
-    def __init__(self, inner: object) -> None:
-        self.inner = inner
-        self.pending: dict[tuple[UUID, str], bytes] = {}
-
-    def put_if_absent(
-        self, conversation_id: UUID, turn_id: str, wrapped: bytes
-    ) -> bytes:
-        return self.pending.setdefault((conversation_id, turn_id), wrapped)
-
-    def flush(self) -> None:
-        rows = [(cid, tid, key) for (cid, tid), key in self.pending.items()]
-        if isinstance(self.inner, PostgresKeyStore):
-            with (
-                self.inner._pool.connection() as connection,
-                connection.cursor() as cursor,
-            ):
-                cursor.executemany(
-                    sql.SQL(
-                        "INSERT INTO {} VALUES (%s, %s, %s) ON CONFLICT DO NOTHING"
-                    ).format(self.inner._table),
-                    rows,
-                )
-        else:
-            for row in rows:
-                self.inner.put_if_absent(*row)  # type: ignore[attr-defined]
-        self.pending.clear()
-
-
 def build_conversation(ledger: Conversations, texts: Sequence[tuple[str, str]]) -> UUID:
-    """Record the turns in batches, with a single snapshot at the end.
-
-    Through the same domain commands and vault as `confirm_turn`, but saving
-    500 events (and their keys) per transaction; snapshots are switched off
-    while loading (each would serialize the whole, growing turn index) and one
-    is taken at the end.
-    """
+    """Record the turns in order through the public bulk import (group commit)."""
     conversation_id = ledger.start_conversation(OWNER)
-    conversation = ledger.repository.get(conversation_id)
-    assert isinstance(conversation, Conversation)
-    interval = ledger.snapshot_interval
-    ledger.snapshot_interval = None
-    keys = ledger.vault._keys  # type: ignore[attr-defined]
-    buffered = BufferedKeys(keys)
-    ledger.vault._keys = buffered  # type: ignore[attr-defined]
-    try:
-        for index, (question, answer) in enumerate(texts):
-            turn_id = f"t{index}"
-            q_metrics, a_metrics = TextMetrics.of(question), TextMetrics.of(answer)
-            conversation.confirm_turn(
-                turn_id=turn_id,
-                sealed_question=ledger.vault.seal(
-                    conversation_id, turn_id, "question", question
-                ),
-                sealed_answer=ledger.vault.seal(
-                    conversation_id, turn_id, "answer", answer
-                ),
-                sizes=TurnSizes(
-                    question_json_bytes=q_metrics.json_bytes,
-                    answer_json_bytes=a_metrics.json_bytes,
-                    question_chars=q_metrics.chars,
-                    answer_chars=a_metrics.chars,
-                ),
-            )
-            if index % 500 == 499:
-                buffered.flush()
-                ledger.save(conversation)
-        buffered.flush()
-        ledger.save(conversation)
-    finally:
-        ledger.snapshot_interval = interval
-        ledger.vault._keys = keys  # type: ignore[attr-defined]
-    ledger.take_snapshot(conversation_id)
+    for start in range(0, len(texts), 1_000):
+        chunk = texts[start : start + 1_000]
+        ledger.confirm_turns(
+            OWNER,
+            conversation_id,
+            [
+                (f"t{start + index}", question, answer)
+                for index, (question, answer) in enumerate(chunk)
+            ],
+        )
     return conversation_id
 
 
@@ -233,26 +168,18 @@ def project(ledger: Conversations, conversation_id: UUID) -> bytes:
 
 
 def part_one(sizes: Sequence[int], naive_max: int) -> None:
-    print("Part 1: naive loop vs project_window (in-memory store, with query cache)")
-    print(
-        f"{'turns':>8} {'naive s':>10} {'window ms':>10} {'cold ms':>9} {'ratio':>10}"
-    )
+    print("Part 1: naive loop vs project_window (in-memory store)")
+    print(f"{'turns':>8} {'naive s':>10} {'window ms':>10} {'ratio':>10}")
     for size in sizes:
         print(in_memory_row(size, naive_max))
 
 
 def in_memory_row(size: int, naive_max: int) -> str:
     texts = make_texts(size)
-    ledger = open_conversations(
-        Settings(_env_file=None, persistence="memory", query_cache_size=4)
-    )
+    ledger = open_conversations(Settings(_env_file=None, persistence="memory"))
     try:
         conversation_id = build_conversation(ledger, texts)
-        project(ledger, conversation_id)  # load the aggregate into the cache
         window_s, body = timed(lambda: project(ledger, conversation_id), 50)
-        # Cold: the same store without the query cache (loaded on each call).
-        ledger._query_cache._size = 0
-        cold_s, _ = timed(lambda: project(ledger, conversation_id), 5)
     finally:
         ledger.close()
     naive, ratio = "(skipped)", "-"
@@ -261,10 +188,7 @@ def in_memory_row(size: int, naive_max: int) -> str:
         assert naive_body == body, "the window and the naive loop disagree"
         ratio = f"{naive_s / window_s:,.0f}x"
         naive = f"{naive_s:.2f}"
-    return (
-        f"{size:>8,} {naive:>10} {window_s * 1e3:>10.2f} "
-        f"{cold_s * 1e3:>9.1f} {ratio:>10}"
-    )
+    return f"{size:>8,} {naive:>10} {window_s * 1e3:>10.2f} {ratio:>10}"
 
 
 def part_two(sizes: Sequence[int], keep_schema: bool) -> None:
@@ -276,7 +200,7 @@ def part_two(sizes: Sequence[int], keep_schema: bool) -> None:
         postgres_schema=schema,
         master_key=new_master_key(),
     )
-    results: dict[int, tuple[float, float, float]] = {}
+    results: dict[int, tuple[float, float]] = {}
     try:
         for size in sizes:
             results[size] = postgres_row(base, size)
@@ -292,32 +216,30 @@ def part_two(sizes: Sequence[int], keep_schema: bool) -> None:
                 )
     if len(results) >= 2:
         small, large = min(results), max(results)
-        warm = results[large][2] / results[small][2]
+        warm = results[large][1] / results[small][1]
         cold = results[large][0] / results[small][0]
         print(f"ratio {large:,} / {small:,} turns: warm {warm:.2f}x, cold {cold:.1f}x")
 
 
-def postgres_row(base: Settings, size: int) -> tuple[float, float, float]:
-    """(cold, loading only, warm) seconds for a conversation of `size` turns."""
+def postgres_row(base: Settings, size: int) -> tuple[float, float]:
+    """(cold, warm) seconds for a conversation of `size` turns."""
     started = time.perf_counter()
     builder = open_conversations(base)
     conversation_id = build_conversation(builder, make_texts(size))
     builder.close()
     built = time.perf_counter() - started
     cold_s = first_call(base, lambda ledger: project(ledger, conversation_id))
-    load_s = first_call(base, lambda ledger: ledger.repository.get(conversation_id))
-    warm_ledger = open_conversations(base.model_copy(update={"query_cache_size": 4}))
+    warm_ledger = open_conversations(base)
     try:
         project(warm_ledger, conversation_id)
         warm_s, _ = timed(lambda: project(warm_ledger, conversation_id), 50)
     finally:
         warm_ledger.close()
     print(
-        f"{size:>8,} turns (built in {built:.0f} s): cold {cold_s * 1e3:.1f} ms "
-        f"(of which loading the aggregate {load_s * 1e3:.1f} ms), "
+        f"{size:>8,} turns (built in {built:.0f} s): cold {cold_s * 1e3:.1f} ms, "
         f"warm {warm_s * 1e3:.2f} ms"
     )
-    return cold_s, load_s, warm_s
+    return cold_s, warm_s
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -13,23 +13,19 @@ the turns they return (projections/queries.py), never an aggregate.
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 from uuid import UUID, uuid4
 
 from eventsourcing.application import Application, ProcessingEvent
-from eventsourcing.domain import Snapshot
 from eventsourcing.persistence import (
     EventStore,
-    IntegrityError,
     JSONTranscoder,
     Mapper,
     Recording,
 )
-from eventsourcing.utils import get_topic
 
+from turnledger.domain.batch import Batch, BatchWriter, Write
 from turnledger.domain.chain import (
     GENESIS,
     ChainSealingMapper,
@@ -44,17 +40,14 @@ from turnledger.domain.conversation import (
     fold_key_id,
 )
 from turnledger.domain.errors import (
-    ConversationNotFoundError,
     InvalidInputError,
     PurgeIncompleteError,
     TurnConflictError,
     TurnDeletedError,
-    TurnLedgerError,
-    VersionConflictError,
     WindowMismatchError,
 )
-from turnledger.domain.group_commit import GroupCommitter, Pending
-from turnledger.domain.ports import NewKey, TextVault
+from turnledger.domain.group_commit import GroupCommitter
+from turnledger.domain.ports import TextVault
 from turnledger.domain.purge import PurgeReport, PurgeRunner
 from turnledger.domain.results import (
     MAX_HISTORY_PAGE,
@@ -97,41 +90,6 @@ __all__ = [
     "TurnReceipt",
 ]
 
-# How often a write is retried after losing a race to a writer in another
-# process. Writers in this process never race: they queue.
-_WRITE_ATTEMPTS = 50
-# Aggregates kept between writes (constant-size each), checked against the
-# read side's head version before every use.
-_AGGREGATES_KEPT = 10_000
-
-
-@dataclass(frozen=True, slots=True)
-class _Write:
-    """One queued write: which conversation, which turns it names, what to do."""
-
-    owner_id: str
-    conversation_id: UUID
-    run: Callable[[Conversation, _Batch], Any]
-    turn_ids: tuple[str, ...] = ()
-    creates: bool = False
-
-
-@dataclass
-class _Batch:
-    """What the writes of one transaction read and produce."""
-
-    heads: dict[UUID, ConversationRow]
-    turns: dict[UUID, dict[str, TurnRow]] = field(default_factory=dict)
-    sizes: dict[UUID, dict[str, TurnSizes | SummarySize]] = field(default_factory=dict)
-    texts: dict[tuple[UUID, str], tuple[TurnStatus, str, str]] = field(
-        default_factory=dict
-    )
-    keys: list[NewKey] = field(default_factory=list)
-    aggregates: dict[UUID, Conversation] = field(default_factory=dict)
-
-    def turn(self, conversation_id: UUID, turn_id: str) -> TurnRow | None:
-        return self.turns.get(conversation_id, {}).get(turn_id)
-
 
 class Conversations(Application[UUID]):
     """The conversation ledger, for application services."""
@@ -170,9 +128,9 @@ class Conversations(Application[UUID]):
         self.legacy_snapshots = EventStore(
             mapper=self.mapper, recorder=self.factory.aggregate_recorder("snapshots")
         )
-        self._aggregates: OrderedDict[UUID, Conversation] = OrderedDict()
-        self._committer: GroupCommitter[_Write] = GroupCommitter(
-            self._commit_batch, max_batch=max_batch
+        self._writes = BatchWriter(read_side=self.read_side, save=self.save)
+        self._committer: GroupCommitter[Write] = GroupCommitter(
+            self._writes.commit_batch, max_batch=max_batch
         )
         self.purge = PurgeRunner(self, vault.purge_view)
 
@@ -207,7 +165,7 @@ class Conversations(Application[UUID]):
         from the stored row, never taken from the aggregate. Rows and keys go
         to the recorder with the events, to be written in their transaction.
         """
-        batch: _Batch | None = processing_event.saved_kwargs.pop("batch", None)
+        batch: Batch | None = processing_event.saved_kwargs.pop("batch", None)
         heads: dict[UUID, str] = {}
         digests: dict[UUID, list[str]] = {}
         for new_event in processing_event.events:
@@ -240,7 +198,7 @@ class Conversations(Application[UUID]):
     def _rows_for(
         self,
         processing_event: ProcessingEvent[UUID],
-        batch: _Batch,
+        batch: Batch,
         digests: Mapping[UUID, list[str]],
     ) -> RowChanges:
         changes = RowChanges()
@@ -258,7 +216,7 @@ class Conversations(Application[UUID]):
         return changes
 
     def _stored_digest(
-        self, originator_id: UUID, version: int, batch: _Batch | None
+        self, originator_id: UUID, version: int, batch: Batch | None
     ) -> str:
         if version < 1:
             return GENESIS
@@ -296,7 +254,7 @@ class Conversations(Application[UUID]):
             raise InvalidInputError("conversation_id", "expected a UUID")
         chosen = conversation_id or uuid4()
         self._submit(
-            _Write(owner_id, chosen, lambda conversation, batch: None, creates=True)
+            Write(owner_id, chosen, lambda conversation, batch: None, creates=True)
         )
         return chosen
 
@@ -406,7 +364,7 @@ class Conversations(Application[UUID]):
                 )
             wanted = [check_identifier("turn_id", turn_id) for turn_id in turn_ids]
 
-        def run(conversation: Conversation, batch: _Batch) -> tuple[list[str], int]:
+        def run(conversation: Conversation, batch: Batch) -> tuple[list[str], int]:
             read = self.read_side
             facts: Mapping[str, TurnFacts]
             if wanted is None:
@@ -437,7 +395,7 @@ class Conversations(Application[UUID]):
             return deleted, conversation.version
 
         deleted, version = self._submit(
-            _Write(owner_id, conversation_id, run, turn_ids=tuple(wanted or ()))
+            Write(owner_id, conversation_id, run, turn_ids=tuple(wanted or ()))
         )
         # The event is saved: from here the deletion stands. The purge destroys
         # the keys as a tracked follower of the log, so if it fails or the
@@ -483,7 +441,7 @@ class Conversations(Application[UUID]):
         metrics = TextMetrics.of(summary)
         key_id = fold_key_id(fold_id)
 
-        def run(conversation: Conversation, batch: _Batch) -> FoldReceipt:
+        def run(conversation: Conversation, batch: Batch) -> FoldReceipt:
             read = self.read_side
             head_version = conversation.version
             folds = read.folds(conversation.id)
@@ -534,7 +492,7 @@ class Conversations(Application[UUID]):
             )
 
         result: FoldReceipt = self._submit(
-            _Write(owner_id, conversation_id, run, turn_ids=(covers_through_turn_id,))
+            Write(owner_id, conversation_id, run, turn_ids=(covers_through_turn_id,))
         )
         return result
 
@@ -631,7 +589,7 @@ class Conversations(Application[UUID]):
         answer: str,
         expected_version: int | None,
         window: ProjectedWindow | None = None,
-    ) -> _Write:
+    ) -> Write:
         check_identifier("owner_id", owner_id)
         _check_conversation_id(conversation_id)
         check_identifier("turn_id", turn_id)
@@ -650,7 +608,7 @@ class Conversations(Application[UUID]):
             answer_chars=answer_metrics.chars,
         )
 
-        def run(conversation: Conversation, batch: _Batch) -> TurnReceipt:
+        def run(conversation: Conversation, batch: Batch) -> TurnReceipt:
             existing = batch.turn(conversation.id, turn_id)
             if existing is not None:
                 return self._replayed_receipt(
@@ -713,13 +671,13 @@ class Conversations(Application[UUID]):
                 conversation.id, turn_id, status, row.version, row.recorded_at
             )
 
-        return _Write(owner_id, conversation_id, run, turn_ids=(turn_id,))
+        return Write(owner_id, conversation_id, run, turn_ids=(turn_id,))
 
     def _replayed_receipt(
         self,
         conversation_id: UUID,
         existing: TurnRow,
-        batch: _Batch,
+        batch: Batch,
         *,
         status: TurnStatus,
         question: str,
@@ -756,155 +714,8 @@ class Conversations(Application[UUID]):
             existing.recorded_at,
         )
 
-    def _submit(self, write: _Write) -> Any:
+    def _submit(self, write: Write) -> Any:
         return self._committer.submit(write)
-
-    def _commit_batch(self, pending: Sequence[Pending[_Write]]) -> None:
-        """Run the writes against their conversations and save them together.
-
-        Called by one thread at a time (the group committer's leader).
-        """
-        if len(pending) == 1:
-            self._commit_alone(pending[0])
-            return
-        try:
-            done = self._try_batch(pending)
-        except IntegrityError:
-            # Another process wrote one of these conversations meanwhile (or a
-            # row broke a unique key): take them one by one, each reloaded.
-            for request in pending:
-                if not request.finished:
-                    self._commit_alone(request)
-            return
-        for request, result in done:
-            request.succeed(result)
-
-    def _commit_alone(self, request: Pending[_Write]) -> None:
-        for _ in range(_WRITE_ATTEMPTS):
-            try:
-                done = self._try_batch([request])
-            except IntegrityError:
-                continue
-            for finished, result in done:
-                finished.succeed(result)
-            return
-        conversation_id = request.work.conversation_id
-        head = self.read_side.conversations([conversation_id]).get(conversation_id)
-        current = 0 if head is None else head.version
-        request.fail(VersionConflictError(conversation_id, current, current))
-
-    def _try_batch(
-        self, pending: Sequence[Pending[_Write]]
-    ) -> list[tuple[Pending[_Write], Any]]:
-        """Run and save; return the requests that succeed, with their results.
-
-        Requests that break a rule are failed here; an IntegrityError from the
-        save propagates with nothing finished but those.
-        """
-        ids = {request.work.conversation_id for request in pending}
-        batch = _Batch(heads=self.read_side.conversations(ids))
-        self._prefetch_turns(batch, pending)
-        done: list[tuple[Pending[_Write], Any]] = []
-        for request in pending:
-            write = request.work
-            try:
-                conversation = self._aggregate_for(write, batch)
-                if conversation is None:  # a retried start of an existing one
-                    done.append((request, None))
-                    continue
-                done.append((request, write.run(conversation, batch)))
-            except TurnLedgerError as error:
-                request.fail(error)
-        to_save = [a for a in batch.aggregates.values() if a.pending_events]
-        if to_save:
-            try:
-                self.save(*to_save, batch=batch)
-            except IntegrityError:
-                for conversation_id in batch.aggregates:
-                    self._aggregates.pop(conversation_id, None)
-                raise
-            except BaseException:
-                for conversation_id in batch.aggregates:
-                    self._aggregates.pop(conversation_id, None)
-                raise
-        for conversation_id, aggregate in batch.aggregates.items():
-            self._keep(conversation_id, aggregate)
-        return done
-
-    def _prefetch_turns(
-        self, batch: _Batch, pending: Sequence[Pending[_Write]]
-    ) -> None:
-        wanted: dict[UUID, set[str]] = {}
-        for request in pending:
-            if request.work.turn_ids:
-                wanted.setdefault(request.work.conversation_id, set()).update(
-                    request.work.turn_ids
-                )
-        for conversation_id, turn_ids in wanted.items():
-            if conversation_id in batch.heads:
-                batch.turns[conversation_id] = self.read_side.turns_by_id(
-                    conversation_id, turn_ids
-                )
-
-    def _aggregate_for(self, write: _Write, batch: _Batch) -> Conversation | None:
-        """The conversation at its head, owned by the writer (or a new one)."""
-        conversation_id = write.conversation_id
-        aggregate = batch.aggregates.get(conversation_id)
-        if aggregate is not None:
-            if aggregate.owner_id != write.owner_id:
-                raise ConversationNotFoundError(conversation_id)
-            if write.creates:
-                return None
-            return aggregate
-        head = batch.heads.get(conversation_id)
-        if head is None:
-            if not write.creates:
-                raise ConversationNotFoundError(conversation_id)
-            aggregate = Conversation(owner_id=write.owner_id, id=conversation_id)
-            batch.aggregates[conversation_id] = aggregate
-            return aggregate
-        # Somebody else's conversation is answered exactly like a missing one.
-        if head.owner_id != write.owner_id:
-            raise ConversationNotFoundError(conversation_id)
-        if write.creates:
-            return None
-        cached = self._aggregates.get(conversation_id)
-        if cached is not None and cached.version == head.version:
-            aggregate = cached
-        else:
-            aggregate = _aggregate_from_row(head)
-        batch.aggregates[conversation_id] = aggregate
-        return aggregate
-
-    def _keep(self, conversation_id: UUID, aggregate: Conversation) -> None:
-        self._aggregates[conversation_id] = aggregate
-        self._aggregates.move_to_end(conversation_id)
-        while len(self._aggregates) > _AGGREGATES_KEPT:
-            self._aggregates.popitem(last=False)
-
-
-def _aggregate_from_row(row: ConversationRow) -> Conversation:
-    """The aggregate at the version of its read-side row.
-
-    The row is written in the same transaction as every event of the
-    conversation, so it is a snapshot that can never lag behind the log.
-    """
-    snapshot = Snapshot(
-        originator_id=row.conversation_id,
-        originator_version=row.version,
-        timestamp=row.modified_at,
-        topic=get_topic(Conversation),
-        state={
-            "_created_on": row.created_at,
-            "_modified_on": row.modified_at,
-            "owner_id": row.owner_id,
-            "turn_count": row.turn_count,
-            "class_version": Conversation.class_version,
-        },
-    )
-    aggregate = snapshot.mutate(None)
-    assert isinstance(aggregate, Conversation)
-    return aggregate
 
 
 def _check_conversation_id(conversation_id: Any) -> None:

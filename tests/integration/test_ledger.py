@@ -11,7 +11,8 @@ import pytest
 from psycopg import sql
 
 from tests.conftest import durable_stores
-from turnledger.domain.application import Conversations, _aggregate_from_row
+from turnledger.domain.application import Conversations
+from turnledger.domain.batch import aggregate_from_row
 from turnledger.domain.conversation import TurnStatus
 from turnledger.domain.errors import (
     ConversationNotFoundError,
@@ -353,7 +354,7 @@ def test_the_aggregate_is_constant_size_and_loads_from_its_row(
     for index in range(205):
         confirm(ledger, conversation_id, f"t{index}", question=f"q{index}", answer="a")
     row = ledger.get_conversation(OWNER, conversation_id)
-    loaded = _aggregate_from_row(row)
+    loaded = aggregate_from_row(row)
     replayed = ledger.repository.get(conversation_id)
     state = {k: v for k, v in vars(loaded).items() if k != "_pending_events"}
     assert state == {k: v for k, v in vars(replayed).items() if k != "_pending_events"}

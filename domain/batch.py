@@ -1,0 +1,222 @@
+"""Writes saved together: the group committer's batch, run against the aggregates.
+
+One thread at a time (the group committer's leader) runs a batch: it reads the
+heads of the conversations the writes touch in one query, builds each
+aggregate from its row (or takes the one kept from this process's last write
+when the versions agree), prefetches the turns the writes name, runs every
+write's command, and saves the aggregates in one transaction with the
+read-side rows the batch gathered. A write that breaks a rule fails alone; if
+the save fails, the writes are redone one by one, each reloaded.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from uuid import UUID
+
+from eventsourcing.domain import Snapshot
+from eventsourcing.persistence import IntegrityError
+from eventsourcing.utils import get_topic
+
+from turnledger.domain.conversation import Conversation, TurnSizes, TurnStatus
+from turnledger.domain.errors import (
+    ConversationNotFoundError,
+    TurnLedgerError,
+    VersionConflictError,
+)
+from turnledger.domain.group_commit import Pending
+from turnledger.domain.ports import NewKey
+from turnledger.projections.ledger_rows import ConversationRow, SummarySize, TurnRow
+from turnledger.projections.read_side import ReadSide
+
+# How often a write is retried after losing a race to a writer in another
+# process. Writers in this process never race: they queue.
+_WRITE_ATTEMPTS = 50
+# Aggregates kept between writes (constant-size each), checked against the
+# read side's head version before every use.
+_AGGREGATES_KEPT = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """One queued write: which conversation, which turns it names, what to do."""
+
+    owner_id: str
+    conversation_id: UUID
+    run: Callable[[Conversation, Batch], Any]
+    turn_ids: tuple[str, ...] = ()
+    creates: bool = False
+
+
+@dataclass
+class Batch:
+    """What the writes of one transaction read and produce."""
+
+    heads: dict[UUID, ConversationRow]
+    turns: dict[UUID, dict[str, TurnRow]] = field(default_factory=dict)
+    sizes: dict[UUID, dict[str, TurnSizes | SummarySize]] = field(default_factory=dict)
+    texts: dict[tuple[UUID, str], tuple[TurnStatus, str, str]] = field(
+        default_factory=dict
+    )
+    keys: list[NewKey] = field(default_factory=list)
+    aggregates: dict[UUID, Conversation] = field(default_factory=dict)
+
+    def turn(self, conversation_id: UUID, turn_id: str) -> TurnRow | None:
+        return self.turns.get(conversation_id, {}).get(turn_id)
+
+
+class BatchWriter:
+    """Runs batches of writes for one ledger; `save` is the ledger's own."""
+
+    def __init__(self, *, read_side: ReadSide, save: Callable[..., Any]) -> None:
+        self.read_side = read_side
+        self.save = save
+        self._aggregates: OrderedDict[UUID, Conversation] = OrderedDict()
+
+    def commit_batch(self, pending: Sequence[Pending[Write]]) -> None:
+        """Run the writes against their conversations and save them together.
+
+        Called by one thread at a time (the group committer's leader).
+        """
+        if len(pending) == 1:
+            self._commit_alone(pending[0])
+            return
+        try:
+            done = self._try_batch(pending)
+        except IntegrityError:
+            # Another process wrote one of these conversations meanwhile (or a
+            # row broke a unique key): take them one by one, each reloaded.
+            for request in pending:
+                if not request.finished:
+                    self._commit_alone(request)
+            return
+        for request, result in done:
+            request.succeed(result)
+
+    def _commit_alone(self, request: Pending[Write]) -> None:
+        for _ in range(_WRITE_ATTEMPTS):
+            try:
+                done = self._try_batch([request])
+            except IntegrityError:
+                continue
+            for finished, result in done:
+                finished.succeed(result)
+            return
+        conversation_id = request.work.conversation_id
+        head = self.read_side.conversations([conversation_id]).get(conversation_id)
+        current = 0 if head is None else head.version
+        request.fail(VersionConflictError(conversation_id, current, current))
+
+    def _try_batch(
+        self, pending: Sequence[Pending[Write]]
+    ) -> list[tuple[Pending[Write], Any]]:
+        """Run and save; return the requests that succeed, with their results.
+
+        Requests that break a rule are failed here; an IntegrityError from the
+        save propagates with nothing finished but those.
+        """
+        ids = {request.work.conversation_id for request in pending}
+        batch = Batch(heads=self.read_side.conversations(ids))
+        self._prefetch_turns(batch, pending)
+        done: list[tuple[Pending[Write], Any]] = []
+        for request in pending:
+            write = request.work
+            try:
+                conversation = self._aggregate_for(write, batch)
+                if conversation is None:  # a retried start of an existing one
+                    done.append((request, None))
+                    continue
+                done.append((request, write.run(conversation, batch)))
+            except TurnLedgerError as error:
+                request.fail(error)
+        to_save = [a for a in batch.aggregates.values() if a.pending_events]
+        if to_save:
+            try:
+                self.save(*to_save, batch=batch)
+            except IntegrityError:
+                for conversation_id in batch.aggregates:
+                    self._aggregates.pop(conversation_id, None)
+                raise
+            except BaseException:
+                for conversation_id in batch.aggregates:
+                    self._aggregates.pop(conversation_id, None)
+                raise
+        for conversation_id, aggregate in batch.aggregates.items():
+            self._keep(conversation_id, aggregate)
+        return done
+
+    def _prefetch_turns(self, batch: Batch, pending: Sequence[Pending[Write]]) -> None:
+        wanted: dict[UUID, set[str]] = {}
+        for request in pending:
+            if request.work.turn_ids:
+                wanted.setdefault(request.work.conversation_id, set()).update(
+                    request.work.turn_ids
+                )
+        for conversation_id, turn_ids in wanted.items():
+            if conversation_id in batch.heads:
+                batch.turns[conversation_id] = self.read_side.turns_by_id(
+                    conversation_id, turn_ids
+                )
+
+    def _aggregate_for(self, write: Write, batch: Batch) -> Conversation | None:
+        """The conversation at its head, owned by the writer (or a new one)."""
+        conversation_id = write.conversation_id
+        aggregate = batch.aggregates.get(conversation_id)
+        if aggregate is not None:
+            if aggregate.owner_id != write.owner_id:
+                raise ConversationNotFoundError(conversation_id)
+            if write.creates:
+                return None
+            return aggregate
+        head = batch.heads.get(conversation_id)
+        if head is None:
+            if not write.creates:
+                raise ConversationNotFoundError(conversation_id)
+            aggregate = Conversation(owner_id=write.owner_id, id=conversation_id)
+            batch.aggregates[conversation_id] = aggregate
+            return aggregate
+        # Somebody else's conversation is answered exactly like a missing one.
+        if head.owner_id != write.owner_id:
+            raise ConversationNotFoundError(conversation_id)
+        if write.creates:
+            return None
+        cached = self._aggregates.get(conversation_id)
+        if cached is not None and cached.version == head.version:
+            aggregate = cached
+        else:
+            aggregate = aggregate_from_row(head)
+        batch.aggregates[conversation_id] = aggregate
+        return aggregate
+
+    def _keep(self, conversation_id: UUID, aggregate: Conversation) -> None:
+        self._aggregates[conversation_id] = aggregate
+        self._aggregates.move_to_end(conversation_id)
+        while len(self._aggregates) > _AGGREGATES_KEPT:
+            self._aggregates.popitem(last=False)
+
+
+def aggregate_from_row(row: ConversationRow) -> Conversation:
+    """The aggregate at the version of its read-side row.
+
+    The row is written in the same transaction as every event of the
+    conversation, so it is a snapshot that can never lag behind the log.
+    """
+    snapshot = Snapshot(
+        originator_id=row.conversation_id,
+        originator_version=row.version,
+        timestamp=row.modified_at,
+        topic=get_topic(Conversation),
+        state={
+            "_created_on": row.created_at,
+            "_modified_on": row.modified_at,
+            "owner_id": row.owner_id,
+            "turn_count": row.turn_count,
+            "class_version": Conversation.class_version,
+        },
+    )
+    aggregate = snapshot.mutate(None)
+    assert isinstance(aggregate, Conversation)
+    return aggregate
