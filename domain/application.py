@@ -49,6 +49,7 @@ from turnledger.domain.errors import (
 from turnledger.domain.group_commit import GroupCommitter
 from turnledger.domain.ports import TextVault
 from turnledger.domain.purge import PurgeReport, PurgeRunner
+from turnledger.domain.receipt import receipt_key_ids
 from turnledger.domain.results import (
     MAX_HISTORY_PAGE,
     DeletionReceipt,
@@ -639,7 +640,7 @@ class Conversations(Application[UUID]):
                     existing=None,
                     window_receipt=None
                     if window is None
-                    else window.receipt().to_document(),
+                    else self._receipt(conversation.id, turn_id, data_key, window),
                     sealed_system=None
                     if window is None
                     else seal("system", window.system),
@@ -672,6 +673,24 @@ class Conversations(Application[UUID]):
             )
 
         return Write(owner_id, conversation_id, run, turn_ids=(turn_id,))
+
+    def _receipt(
+        self,
+        conversation_id: UUID,
+        turn_id: str,
+        data_key: bytes,
+        window: ProjectedWindow,
+    ) -> dict[str, Any]:
+        key_ids = receipt_key_ids(
+            turn_id, window.window.kept_turn_ids, window.sent_fold_id
+        )
+        mac_key = self.vault.receipt_key(
+            conversation_id, key_ids, known={turn_id: data_key}
+        )
+        # A turn the window sent was deleted before this answer was recorded:
+        # the answer is kept, its receipt names what was sent but binds no body
+        # (no key is left that could; the audit reports it not re-derivable).
+        return window.receipt(mac_key).to_document()
 
     def _replayed_receipt(
         self,

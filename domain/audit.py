@@ -58,7 +58,11 @@ from turnledger.domain.findings import (
     check_chain,
     vanished_finding,
 )
-from turnledger.domain.receipt import WindowReceipt, parse_receipt_policy
+from turnledger.domain.receipt import (
+    WindowReceipt,
+    parse_receipt_policy,
+    receipt_key_ids,
+)
 from turnledger.projections.ledger_rows import ConversationRow
 from turnledger.projections.log_replay import replay_events
 from turnledger.projections.policy import WindowPolicy
@@ -635,12 +639,32 @@ class Auditor:
                 UNREADABLE, f"{type(error).__name__}: sealed text cannot be opened"
             )
         sent_fold = window.fold_id if window.fold_sent else None
-        if not receipt.matches(window.body, window.kept_turn_ids, sent_fold):
+        mac_key = None
+        if receipt.receipt_format >= 2:
+            mac_key = self.ledger.vault.receipt_key(
+                conversation_id,
+                receipt_key_ids(item.turn_id, receipt.turn_ids, receipt.fold_id),
+            )
+            if mac_key is None:
+                return finding(
+                    NOT_REDERIVABLE,
+                    "not re-derivable: a key its body was bound with is gone",
+                )
+        if not receipt.matches(
+            window.body, window.kept_turn_ids, sent_fold, mac_key=mac_key
+        ):
+            if tuple(window.kept_turn_ids) != receipt.turn_ids:
+                what = (
+                    f"turns {list(window.kept_turn_ids)} where the receipt says "
+                    f"{list(receipt.turn_ids)}"
+                )
+            elif sent_fold != receipt.fold_id:
+                what = f"fold {sent_fold!r} where the receipt says {receipt.fold_id!r}"
+            else:
+                what = "the same turns, but a body whose MAC differs"
             return finding(
                 RECEIPT_MISMATCH,
-                f"re-derived {len(window.body)} bytes with turns "
-                f"{list(window.kept_turn_ids)}; receipt says {receipt.body_bytes} "
-                f"bytes with turns {list(receipt.turn_ids)} and another SHA-256",
+                f"re-derived {len(window.body)} bytes with {what}",
             )
         return None
 

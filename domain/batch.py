@@ -118,9 +118,13 @@ class BatchWriter:
         Requests that break a rule are failed here; an IntegrityError from the
         save propagates with nothing finished but those.
         """
-        ids = {request.work.conversation_id for request in pending}
-        batch = Batch(heads=self.read_side.conversations(ids))
-        self._prefetch_turns(batch, pending)
+        wanted: dict[UUID, set[str]] = {}
+        for request in pending:
+            wanted.setdefault(request.work.conversation_id, set()).update(
+                request.work.turn_ids
+            )
+        heads, turns = self.read_side.heads_and_turns(wanted)
+        batch = Batch(heads=heads, turns=turns)
         done: list[tuple[Pending[Write], Any]] = []
         for request in pending:
             write = request.work
@@ -136,30 +140,14 @@ class BatchWriter:
         if to_save:
             try:
                 self.save(*to_save, batch=batch)
-            except IntegrityError:
-                for conversation_id in batch.aggregates:
-                    self._aggregates.pop(conversation_id, None)
-                raise
             except BaseException:
+                # Nothing was saved: the aggregates kept are stale now.
                 for conversation_id in batch.aggregates:
                     self._aggregates.pop(conversation_id, None)
                 raise
         for conversation_id, aggregate in batch.aggregates.items():
             self._keep(conversation_id, aggregate)
         return done
-
-    def _prefetch_turns(self, batch: Batch, pending: Sequence[Pending[Write]]) -> None:
-        wanted: dict[UUID, set[str]] = {}
-        for request in pending:
-            if request.work.turn_ids:
-                wanted.setdefault(request.work.conversation_id, set()).update(
-                    request.work.turn_ids
-                )
-        for conversation_id, turn_ids in wanted.items():
-            if conversation_id in batch.heads:
-                batch.turns[conversation_id] = self.read_side.turns_by_id(
-                    conversation_id, turn_ids
-                )
 
     def _aggregate_for(self, write: Write, batch: Batch) -> Conversation | None:
         """The conversation at its head, owned by the writer (or a new one)."""

@@ -14,10 +14,15 @@ requests and results between threads.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
 W = TypeVar("W")
+
+# How long a new leader waits for the writers of the previous batch to queue
+# again (only after a batch of several: a lone writer never waits).
+_GATHER_SECONDS = 0.0005
 
 
 class Pending(Generic[W]):
@@ -56,6 +61,7 @@ class GroupCommitter(Generic[W]):
         self._max_batch = max_batch
         self._queue: list[Pending[W]] = []
         self._leading = False
+        self._last_batch = 0
         self._changed = threading.Condition()
 
     def submit(self, work: W) -> Any:
@@ -79,8 +85,16 @@ class GroupCommitter(Generic[W]):
                 if request.finished:
                     return
                 self._leading = True
+                gathering = len(self._queue) < self._last_batch
+            if gathering:
+                # Writers that were in the last batch are coming back with their
+                # next write: a moment's wait lets one transaction carry them all,
+                # instead of a batch of one followed by the rest.
+                time.sleep(_GATHER_SECONDS)
+            with self._changed:
                 batch = self._queue[: self._max_batch]
                 del self._queue[: self._max_batch]
+                self._last_batch = len(batch)
             try:
                 self._commit_batch(batch)
             except BaseException as error:

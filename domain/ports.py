@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 from uuid import UUID
@@ -72,6 +72,17 @@ class TextVault(Protocol):
         self, conversation_id: UUID, items: Sequence[tuple[str, str, bytes]]
     ) -> list[str | None]:
         """Decrypt (turn_id, field, sealed) items; None where the key is gone."""
+        ...
+
+    def receipt_key(
+        self,
+        conversation_id: UUID,
+        key_ids: Sequence[str],
+        *,
+        known: Mapping[str, bytes] | None = None,
+    ) -> bytes | None:
+        """The MAC key of a receipt, derived from these keys' data keys (`known`:
+        data keys not stored yet); None when any of them was destroyed."""
         ...
 
     @property

@@ -78,14 +78,22 @@ class ProjectedWindow:
     system: str = field(default="", repr=False)
     policy: dict[str, Any] = field(default_factory=dict)
 
-    def receipt(self) -> WindowReceipt:
-        """The content-free receipt of this window."""
+    @property
+    def sent_fold_id(self) -> str | None:
+        return self.window.fold_id if self.window.fold_sent else None
+
+    def receipt(self, mac_key: bytes | None) -> WindowReceipt:
+        """The content-free receipt of this window, its body bound by `mac_key`
+        (derived from the keys of every turn in the body: see receipt.py);
+        None when one of those turns was deleted meanwhile: the body is then
+        not bound at all."""
         return WindowReceipt.of_body(
             policy=self.policy,
             ledger_version=self.ledger_version,
             turn_ids=self.window.kept_turn_ids,
             body=self.window.body,
-            fold_id=self.window.fold_id if self.window.fold_sent else None,
+            mac_key=mac_key,
+            fold_id=self.sent_fold_id,
         )
 
 

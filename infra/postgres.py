@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 from uuid import UUID
 
@@ -525,6 +525,39 @@ class PostgresReadSideRecorder(PostgresApplicationRecorder):
         )
         decoded = [conversation_row(row) for row in rows]
         return {row.conversation_id: row for row in decoded}
+
+    def heads_and_turns(
+        self, turn_ids: Mapping[UUID, Collection[str]]
+    ) -> tuple[dict[UUID, ConversationRow], dict[UUID, dict[str, TurnRow]]]:
+        pairs = [(c, t) for c, ids in turn_ids.items() for t in ids]
+        with (
+            self.datastore.get_connection() as conn,
+            conn.cursor() as heads_cursor,
+            conn.cursor() as turns_cursor,
+        ):
+            # Both statements go in one round trip.
+            with conn.pipeline():
+                heads_cursor.execute(
+                    sql.SQL("SELECT {} FROM {} WHERE conversation_id = ANY(%s)").format(
+                        sql.SQL(CONVERSATION_COLUMNS), self._table("conversation_heads")
+                    ),
+                    (list(turn_ids),),
+                    prepare=True,
+                )
+                turns_cursor.execute(
+                    sql.SQL(
+                        "SELECT {} FROM {} WHERE (conversation_id, turn_id) IN "
+                        "(SELECT * FROM unnest(%s::uuid[], %s::text[]))"
+                    ).format(sql.SQL(TURN_COLUMNS), self._table("conversation_turns")),
+                    ([c for c, _ in pairs], [t for _, t in pairs]),
+                    prepare=True,
+                )
+            heads = [conversation_row(row) for row in heads_cursor.fetchall()]
+            turns = [turn_row(row) for row in turns_cursor.fetchall()]
+        found: dict[UUID, dict[str, TurnRow]] = {}
+        for turn in turns:
+            found.setdefault(turn.conversation_id, {})[turn.turn_id] = turn
+        return {row.conversation_id: row for row in heads}, found
 
     def conversations_of(self, owner_id: str) -> list[ConversationRow]:
         return [

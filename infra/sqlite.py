@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -365,6 +365,15 @@ class SQLiteReadSideRecorder(SQLiteApplicationRecorder):
                 decoded = conversation_row(row)
                 found[decoded.conversation_id] = decoded
         return found
+
+    def heads_and_turns(
+        self, turn_ids: Mapping[UUID, Collection[str]]
+    ) -> tuple[dict[UUID, ConversationRow], dict[UUID, dict[str, TurnRow]]]:
+        return self.conversations(turn_ids.keys()), {
+            conversation_id: self.turns_by_id(conversation_id, ids)
+            for conversation_id, ids in turn_ids.items()
+            if ids
+        }
 
     def conversations_of(self, owner_id: str) -> list[ConversationRow]:
         return [

@@ -13,18 +13,26 @@ from __future__ import annotations
 import base64
 import binascii
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from uuid import UUID
 
 from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from cryptography.hazmat.primitives.keywrap import (
+    InvalidUnwrap,
+    aes_key_unwrap,
+    aes_key_wrap,
+)
 
 from turnledger.domain.ports import NewKey
 from turnledger.infra.keystore import KeyStore
 
 _FORMAT = b"\x01"  # leading byte of every sealed text: the sealing scheme's version
 _NONCE_BYTES = 12
+_KEY_WRAP_BYTES = 40  # a 32-byte key wrapped by RFC 3394
 
 
 class MasterKeyError(ValueError):
@@ -75,6 +83,7 @@ class KeyVault:
 
     def __init__(self, key_store: KeyStore, master_key: bytes) -> None:
         self._keys = key_store
+        self._master_key = master_key
         self._master = AESGCM(master_key)
 
     def new_data_key(
@@ -89,12 +98,11 @@ class KeyVault:
         return data_key, NewKey(conversation_id, key_id, wrapped)
 
     def _fresh_key(self, conversation_id: UUID, key_id: str) -> tuple[bytes, bytes]:
+        # AES key wrap (RFC 3394): 40 bytes a key where AES-GCM took 60. It binds
+        # no turn: a key row moved to another turn unwraps, but every text it
+        # would open is bound to its own turn and field, so it opens nothing.
         data_key = AESGCM.generate_key(bit_length=256)
-        nonce = os.urandom(_NONCE_BYTES)
-        wrapped = nonce + self._master.encrypt(
-            nonce, data_key, _key_context(conversation_id, key_id)
-        )
-        return data_key, wrapped
+        return data_key, aes_key_wrap(self._master_key, data_key)
 
     def seal(self, conversation_id: UUID, turn_id: str, field: str, text: str) -> bytes:
         """Seal under the turn's stored key, creating and storing it if needed."""
@@ -145,6 +153,31 @@ class KeyVault:
             opened.append(plaintext.decode("utf-8"))
         return opened
 
+    def receipt_key(
+        self,
+        conversation_id: UUID,
+        key_ids: Sequence[str],
+        *,
+        known: Mapping[str, bytes] | None = None,
+    ) -> bytes | None:
+        known = dict(known or {})
+        wanted = [key_id for key_id in key_ids if key_id not in known]
+        wrapped = self._keys.get_many(conversation_id, set(wanted)) if wanted else {}
+        material = []
+        for key_id in key_ids:
+            if key_id in known:
+                material.append(known[key_id])
+            elif key_id in wrapped:
+                material.append(self._unwrap(conversation_id, key_id, wrapped[key_id]))
+            else:
+                return None  # destroyed: the receipt can never be checked again
+        return HKDF(
+            algorithm=hashes.SHA256(),
+            length=32,
+            salt=None,
+            info=b"turnledger/receipt/v1|" + conversation_id.bytes,
+        ).derive(b"".join(material))
+
     @property
     def purge_view(self) -> KeyStore:
         # Keys are destroyed only through the purge, which follows the log.
@@ -161,6 +194,15 @@ class KeyVault:
         return self._unwrap(conversation_id, turn_id, stored)
 
     def _unwrap(self, conversation_id: UUID, turn_id: str, wrapped: bytes) -> bytes:
+        if len(wrapped) == _KEY_WRAP_BYTES:
+            try:
+                return aes_key_unwrap(self._master_key, wrapped)
+            except InvalidUnwrap:
+                raise MasterKeyError(
+                    f"the key of turn {turn_id} does not open with the configured "
+                    "master key (wrong TURNLEDGER_MASTER_KEY, or a key row altered)"
+                ) from None
+        # Keys wrapped by the first release: AES-GCM, bound to their turn.
         nonce, body = wrapped[:_NONCE_BYTES], wrapped[_NONCE_BYTES:]
         try:
             return self._master.decrypt(

@@ -324,7 +324,9 @@ class ConversationQueries:
         walked: list[TurnRow] = []
 
         def candidates() -> Iterator[PairCandidate]:
-            for row in self.walk(conversation_id, above=boundary, as_of=version):
+            for row in self.walk(
+                conversation_id, above=boundary, below=head.turn_count, as_of=version
+            ):
                 walked.append(row)
                 sizes = row.sizes
                 if (
@@ -370,26 +372,24 @@ class ConversationQueries:
             dropped=self._dropped(head, fold, frame, plan),
             policy=policy,
             counter=counter,
-            fold_due=self._fold_due(
-                conversation_id, boundary, version, policy.fold_threshold_tokens
-            ),
+            fold_due=self._unfolded_tokens(head, boundary, policy.fold_threshold_tokens)
+            > policy.fold_threshold_tokens,
         )
 
     def walk(
-        self, conversation_id: UUID, *, above: int, as_of: int
+        self, conversation_id: UUID, *, above: int, below: int, as_of: int
     ) -> Iterator[TurnRow]:
-        """Turns eligible at `as_of` after position `above`, newest first, read in
-        growing chunks: the cost follows how far the caller walks."""
-        below = 2**62
+        """Turns eligible at `as_of` with `above < position < below`, newest
+        first, read in bounded ranges of positions that grow from 32 to 1,024:
+        each read is an index range scan whatever the table's statistics, and
+        the cost follows how far the caller walks, not the history's length."""
         chunk = _FIRST_CHUNK
-        while True:
-            rows = self.read_side.eligible_newest_first(
-                conversation_id, below=below, above=above, as_of=as_of, limit=chunk
+        while below - 1 > above:
+            low = max(above, below - 1 - chunk)
+            yield from self.read_side.eligible_newest_first(
+                conversation_id, below=below, above=low, as_of=as_of, limit=chunk
             )
-            yield from rows
-            if len(rows) < chunk:
-                return
-            below = rows[-1].position
+            below = low + 1
             chunk = min(chunk * 2, _LARGEST_CHUNK)
 
     def _dropped(
@@ -430,18 +430,16 @@ class ConversationQueries:
 
     # Folds --------------------------------------------------------------------
 
-    def _fold_due(
-        self, conversation_id: UUID, boundary: int, version: int, threshold: int
-    ) -> bool:
-        return self._unfolded_tokens(conversation_id, boundary, version, threshold) > (
-            threshold
-        )
-
     def _unfolded_tokens(
-        self, conversation_id: UUID, boundary: int, version: int, threshold: int
+        self, head: ConversationRow, boundary: int, threshold: int
     ) -> int:
         tokens = 0
-        for row in self.walk(conversation_id, above=boundary, as_of=version):
+        for row in self.walk(
+            head.conversation_id,
+            above=boundary,
+            below=head.turn_count,
+            as_of=head.version,
+        ):
             if row.sizes is not None:
                 tokens += char_estimate(row.sizes.question_chars)
                 tokens += char_estimate(row.sizes.answer_chars)
@@ -461,9 +459,7 @@ class ConversationQueries:
         head = self.get_conversation(owner_id, conversation_id)
         fold = current_fold(self.read_side.folds(head.conversation_id), head.version)
         boundary = -1 if fold is None else fold.covers_through_position
-        tokens = self._unfolded_tokens(
-            head.conversation_id, boundary, head.version, threshold_tokens
-        )
+        tokens = self._unfolded_tokens(head, boundary, threshold_tokens)
         return FoldStatus(
             fold_id=None if fold is None else fold.fold_id,
             covers_through_turn_id=None

@@ -9,7 +9,7 @@ so a window reports exactly the version its turns were read at.
 from __future__ import annotations
 
 import threading
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import replace
 from typing import Protocol
 from uuid import UUID
@@ -29,6 +29,13 @@ class ReadSide(Protocol):
 
     def conversations_of(self, owner_id: str) -> list[ConversationRow]:
         """The owner's conversations, oldest first."""
+        ...
+
+    def heads_and_turns(
+        self, turn_ids: Mapping[UUID, Collection[str]]
+    ) -> tuple[dict[UUID, ConversationRow], dict[UUID, dict[str, TurnRow]]]:
+        """What a batch of writes reads, in one round trip: the rows of these
+        conversations, and of the named turns of each."""
         ...
 
     def turns_by_id(
@@ -149,6 +156,16 @@ class LedgerView:
     def conversations(self, ids: Collection[UUID]) -> dict[UUID, ConversationRow]:
         with self._lock:
             return {i: self._conversations[i] for i in ids if i in self._conversations}
+
+    def heads_and_turns(
+        self, turn_ids: Mapping[UUID, Collection[str]]
+    ) -> tuple[dict[UUID, ConversationRow], dict[UUID, dict[str, TurnRow]]]:
+        with self._lock:
+            return self.conversations(turn_ids.keys()), {
+                conversation_id: self.turns_by_id(conversation_id, ids)
+                for conversation_id, ids in turn_ids.items()
+                if ids
+            }
 
     def conversations_of(self, owner_id: str) -> list[ConversationRow]:
         with self._lock:

@@ -243,7 +243,7 @@ _REDERIVE = """
 import base64, json, sys
 from uuid import UUID
 from turnledger.domain.audit import Auditor, _head_at
-from turnledger.domain.receipt import WindowReceipt
+from turnledger.domain.receipt import WindowReceipt, receipt_key_ids
 from turnledger.infra.persistence import open_conversations
 from turnledger.infra.read_side import replay_log
 from turnledger.infra.settings import Settings
@@ -271,7 +271,11 @@ for event in ledger.events.get(conversation_id):
     out[event.turn_id] = {
         "body": base64.b64encode(window.body).decode(),
         "turn_ids": list(window.kept_turn_ids),
-        "audit_ok": report.ok and receipt.matches(window.body, window.kept_turn_ids),
+        "audit_ok": report.ok and receipt.matches(
+            window.body, window.kept_turn_ids, mac_key=ledger.vault.receipt_key(
+                conversation_id, receipt_key_ids(event.turn_id, receipt.turn_ids, None)
+            )
+        ),
     }
 ledger.close()
 print(json.dumps(out))
@@ -326,15 +330,19 @@ def test_a_receipt_that_does_not_match_its_window_is_a_failure(
         model="m-1",
         max_bytes=600,
     )
-    forged = WindowReceipt.of_body(
-        policy=window.policy,
-        ledger_version=window.ledger_version,
-        turn_ids=window.window.kept_turn_ids,
-        body=window.window.body + b" ",
-    )
-    # The application's own path, with a receipt that does not match its body.
+    # The application's own path, with a receipt bound to another body.
     original = ProjectedWindow.receipt
-    ProjectedWindow.receipt = lambda self: forged  # type: ignore[method-assign]
+
+    def forged(self: ProjectedWindow, mac_key: bytes) -> WindowReceipt:
+        return WindowReceipt.of_body(
+            policy=self.policy,
+            ledger_version=self.ledger_version,
+            turn_ids=self.window.kept_turn_ids,
+            body=self.window.body + b" ",
+            mac_key=mac_key,
+        )
+
+    ProjectedWindow.receipt = forged  # type: ignore[method-assign]
     try:
         ledger.confirm_turn(
             OWNER,

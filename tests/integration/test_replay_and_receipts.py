@@ -13,7 +13,7 @@ from turnledger.domain.errors import (
     InvalidInputError,
     WindowMismatchError,
 )
-from turnledger.domain.receipt import RECEIPT_FORMAT, WindowReceipt
+from turnledger.domain.receipt import RECEIPT_FORMAT, WindowReceipt, receipt_key_ids
 from turnledger.domain.replay import history_at, version_at
 from turnledger.projections.policy import WindowPolicy
 
@@ -112,7 +112,11 @@ def test_a_confirmed_turn_keeps_its_windows_receipt(ledger: Conversations) -> No
     stored = list(ledger.events.get(conversation_id))[-1]
     receipt = WindowReceipt.from_document(stored.window_receipt)
     assert stored.window_receipt["receipt_format"] == RECEIPT_FORMAT
-    assert receipt == window.receipt()
+    mac_key = ledger.vault.receipt_key(
+        conversation_id, receipt_key_ids("t4", window.window.kept_turn_ids, None)
+    )
+    assert mac_key is not None
+    assert receipt == window.receipt(mac_key)
     assert receipt.ledger_version == 4
     assert receipt.turn_ids == window.window.kept_turn_ids
     assert receipt.policy == {
@@ -121,7 +125,14 @@ def test_a_confirmed_turn_keeps_its_windows_receipt(ledger: Conversations) -> No
         "token_counter": "char/4",
         "policy": WindowPolicy.bytes_only(180).model_dump(mode="json"),
     }
-    assert receipt.matches(window.window.body, window.window.kept_turn_ids)
+    assert receipt.matches(
+        window.window.body, window.window.kept_turn_ids, mac_key=mac_key
+    )
+    # Without the keys of the turns in it, the body cannot be confirmed.
+    assert not receipt.matches(window.window.body, window.window.kept_turn_ids)
+    assert not receipt.matches(
+        window.window.body, window.window.kept_turn_ids, mac_key=bytes(32)
+    )
     # Content-free: no text of the conversation or the instructions in it.
     flat = repr(stored.window_receipt)
     assert all(text not in flat for text in ("q1", "a1", "q4", "be brief"))
@@ -168,13 +179,13 @@ def test_a_window_for_another_question_or_conversation_is_refused(
 @pytest.mark.parametrize(
     ("change", "reason"),
     [
-        (lambda d: d.pop("body_sha256"), "missing"),
+        (lambda d: d.pop("body_mac"), "missing"),
         (lambda d: d.update(receipt_format=RECEIPT_FORMAT + 1), "receipt_format"),
         (lambda d: d.update(policy={}), "policy"),
         (lambda d: d.update(ledger_version=0), "ledger_version"),
         (lambda d: d.update(turn_ids=[1]), "turn_ids"),
-        (lambda d: d.update(body_bytes=-1), "body_bytes"),
-        (lambda d: d.update(body_sha256="zz"), "body_sha256"),
+        (lambda d: d.update(body_mac="zz"), "body_mac"),
+        (lambda d: d.update(receipt_format=1), "missing body_bytes, body_sha256"),
     ],
 )
 def test_malformed_receipt_documents_are_named(change, reason: str) -> None:  # type: ignore[no-untyped-def]
@@ -183,8 +194,11 @@ def test_malformed_receipt_documents_are_named(change, reason: str) -> None:  # 
         ledger_version=1,
         turn_ids=("t1",),
         body=b"{}",
+        mac_key=bytes(32),
     ).to_document()
-    assert WindowReceipt.from_document(document).body_bytes == 2
+    assert WindowReceipt.from_document(document).matches(
+        b"{}", ("t1",), mac_key=bytes(32)
+    )
     change(document)
     with pytest.raises(InvalidInputError, match=reason):
         WindowReceipt.from_document(document)
