@@ -181,9 +181,11 @@ class Conversations(Application[UUID]):
             heads[originator_id] = read_link(stored).recorded_digest
             digests.setdefault(originator_id, []).append(heads[originator_id])
         if batch is not None:
-            processing_event.saved_kwargs["read_side"] = self._rows_for(
-                processing_event, batch, digests
-            )
+            changes = self._rows_for(processing_event, batch, digests)
+            processing_event.saved_kwargs["read_side"] = changes
+            batch.new_heads = {
+                row.conversation_id: row for row in changes.conversations
+            }
             if batch.keys:
                 processing_event.saved_kwargs["new_keys"] = tuple(batch.keys)
         recordings = super()._record(processing_event)
@@ -672,7 +674,14 @@ class Conversations(Application[UUID]):
                 conversation.id, turn_id, status, row.version, row.recorded_at
             )
 
-        return Write(owner_id, conversation_id, run, turn_ids=(turn_id,))
+        return Write(
+            owner_id,
+            conversation_id,
+            run,
+            turn_ids=(turn_id,),
+            # A stale head would wrongly refuse an expected version or a window.
+            optimistic=expected_version is None and window is None,
+        )
 
     def _receipt(
         self,

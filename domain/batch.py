@@ -49,6 +49,11 @@ class Write:
     run: Callable[[Conversation, Batch], Any]
     turn_ids: tuple[str, ...] = ()
     creates: bool = False
+    # A new turn is written optimistically from what this process kept of
+    # its conversation: if the turn id exists, or another process wrote, a
+    # unique key refuses the save and the write is redone with fresh facts.
+    # Other writes (deletions, folds) always read the facts first.
+    optimistic: bool = False
 
 
 @dataclass
@@ -63,6 +68,8 @@ class Batch:
     )
     keys: list[NewKey] = field(default_factory=list)
     aggregates: dict[UUID, Conversation] = field(default_factory=dict)
+    # The conversations' rows as the save writes them (set when recording).
+    new_heads: dict[UUID, ConversationRow] = field(default_factory=dict)
 
     def turn(self, conversation_id: UUID, turn_id: str) -> TurnRow | None:
         return self.turns.get(conversation_id, {}).get(turn_id)
@@ -74,7 +81,10 @@ class BatchWriter:
     def __init__(self, *, read_side: ReadSide, save: Callable[..., Any]) -> None:
         self.read_side = read_side
         self.save = save
-        self._aggregates: OrderedDict[UUID, Conversation] = OrderedDict()
+        # Per conversation, the aggregate and row of this process's last write.
+        self._kept: OrderedDict[UUID, tuple[Conversation, ConversationRow]] = (
+            OrderedDict()
+        )
 
     def commit_batch(self, pending: Sequence[Pending[Write]]) -> None:
         """Run the writes against their conversations and save them together.
@@ -97,9 +107,9 @@ class BatchWriter:
             request.succeed(result)
 
     def _commit_alone(self, request: Pending[Write]) -> None:
-        for _ in range(_WRITE_ATTEMPTS):
+        for attempt in range(_WRITE_ATTEMPTS):
             try:
-                done = self._try_batch([request])
+                done = self._try_batch([request], fresh=attempt > 0)
             except IntegrityError:
                 continue
             for finished, result in done:
@@ -111,20 +121,22 @@ class BatchWriter:
         request.fail(VersionConflictError(conversation_id, current, current))
 
     def _try_batch(
-        self, pending: Sequence[Pending[Write]]
+        self, pending: Sequence[Pending[Write]], *, fresh: bool = False
     ) -> list[tuple[Pending[Write], Any]]:
         """Run and save; return the requests that succeed, with their results.
 
         Requests that break a rule are failed here; an IntegrityError from the
         save propagates with nothing finished but those.
         """
-        wanted: dict[UUID, set[str]] = {}
-        for request in pending:
-            wanted.setdefault(request.work.conversation_id, set()).update(
-                request.work.turn_ids
-            )
-        heads, turns = self.read_side.heads_and_turns(wanted)
-        batch = Batch(heads=heads, turns=turns)
+        batch = self._known(pending) if not fresh else None
+        if batch is None:
+            wanted: dict[UUID, set[str]] = {}
+            for request in pending:
+                wanted.setdefault(request.work.conversation_id, set()).update(
+                    request.work.turn_ids
+                )
+            heads, turns = self.read_side.heads_and_turns(wanted)
+            batch = Batch(heads=heads, turns=turns)
         done: list[tuple[Pending[Write], Any]] = []
         for request in pending:
             write = request.work
@@ -141,13 +153,28 @@ class BatchWriter:
             try:
                 self.save(*to_save, batch=batch)
             except BaseException:
-                # Nothing was saved: the aggregates kept are stale now.
+                # Nothing was saved: what was kept of these may be stale now.
                 for conversation_id in batch.aggregates:
-                    self._aggregates.pop(conversation_id, None)
+                    self._kept.pop(conversation_id, None)
                 raise
         for conversation_id, aggregate in batch.aggregates.items():
-            self._keep(conversation_id, aggregate)
+            head = batch.new_heads.get(conversation_id) or batch.heads.get(
+                conversation_id
+            )
+            if head is not None and head.version == aggregate.version:
+                self._keep(conversation_id, aggregate, head)
         return done
+
+    def _known(self, pending: Sequence[Pending[Write]]) -> Batch | None:
+        """A batch from what this process kept, when every write allows it."""
+        heads = {}
+        for request in pending:
+            write = request.work
+            kept = self._kept.get(write.conversation_id)
+            if not write.optimistic or kept is None:
+                return None
+            heads[write.conversation_id] = kept[1]
+        return Batch(heads=heads)
 
     def _aggregate_for(self, write: Write, batch: Batch) -> Conversation | None:
         """The conversation at its head, owned by the writer (or a new one)."""
@@ -171,19 +198,21 @@ class BatchWriter:
             raise ConversationNotFoundError(conversation_id)
         if write.creates:
             return None
-        cached = self._aggregates.get(conversation_id)
-        if cached is not None and cached.version == head.version:
-            aggregate = cached
+        kept = self._kept.get(conversation_id)
+        if kept is not None and kept[0].version == head.version:
+            aggregate = kept[0]
         else:
             aggregate = aggregate_from_row(head)
         batch.aggregates[conversation_id] = aggregate
         return aggregate
 
-    def _keep(self, conversation_id: UUID, aggregate: Conversation) -> None:
-        self._aggregates[conversation_id] = aggregate
-        self._aggregates.move_to_end(conversation_id)
-        while len(self._aggregates) > _AGGREGATES_KEPT:
-            self._aggregates.popitem(last=False)
+    def _keep(
+        self, conversation_id: UUID, aggregate: Conversation, head: ConversationRow
+    ) -> None:
+        self._kept[conversation_id] = (aggregate, head)
+        self._kept.move_to_end(conversation_id)
+        while len(self._kept) > _AGGREGATES_KEPT:
+            self._kept.popitem(last=False)
 
 
 def aggregate_from_row(row: ConversationRow) -> Conversation:

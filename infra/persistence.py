@@ -44,6 +44,10 @@ def eventsourcing_env(settings: Settings) -> dict[str, str]:
                 POSTGRES_PASSWORD=settings.postgres_password.get_secret_value(),
                 POSTGRES_SCHEMA=settings.postgres_schema,
                 POSTGRES_POOL_SIZE=str(settings.postgres_pool_size),
+                # Writes go through one group committer, so a burst needs few
+                # connections beyond the pool; the library's default (10 more)
+                # lets a few processes exhaust a server's max_connections.
+                POSTGRES_MAX_OVERFLOW="2",
                 POSTGRES_CONNECT_TIMEOUT=str(settings.postgres_connect_timeout),
             )
     return env

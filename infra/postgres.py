@@ -609,7 +609,7 @@ class PostgresReadSideRecorder(PostgresApplicationRecorder):
             for row in self._select(
                 sql.SQL(
                     "SELECT {} FROM {} WHERE conversation_id = %s AND position < %s "
-                    "AND position > %s AND status = 'confirmed' AND version <= %s "
+                    "AND position > %s AND status = 'c' AND version <= %s "
                     "AND (deleted_version IS NULL OR deleted_version > %s) "
                     "ORDER BY position DESC LIMIT %s"
                 ).format(sql.SQL(TURN_COLUMNS), self._table("conversation_turns")),
@@ -625,7 +625,7 @@ class PostgresReadSideRecorder(PostgresApplicationRecorder):
             for row in self._select(
                 sql.SQL(
                     "SELECT turn_id FROM {} WHERE conversation_id = %s "
-                    "AND position >= %s AND position <= %s AND status = 'confirmed' "
+                    "AND position >= %s AND position <= %s AND status = 'c' "
                     "AND version <= %s "
                     "AND (deleted_version IS NULL OR deleted_version > %s) "
                     "ORDER BY position"

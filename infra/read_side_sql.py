@@ -26,6 +26,16 @@ FOLD_COLUMNS = (
 )
 
 
+# Statuses are stored as one letter (a turn row is written for every turn).
+STATUS_CODES = {
+    TurnStatus.CONFIRMED: "c",
+    TurnStatus.FAILED: "f",
+    TurnStatus.STOPPED: "s",
+}
+_STATUSES = {code: status for status, code in STATUS_CODES.items()}
+CONFIRMED_CODE = STATUS_CODES[TurnStatus.CONFIRMED]
+
+
 def _uuid(value: Any) -> UUID:
     return value if isinstance(value, UUID) else UUID(str(value))
 
@@ -60,7 +70,7 @@ def turn_row(row: Mapping[str, Any]) -> TurnRow:
         conversation_id=_uuid(row["conversation_id"]),
         position=int(row["position"]),
         turn_id=row["turn_id"],
-        status=TurnStatus(row["status"]),
+        status=_STATUSES[row["status"]],
         version=int(row["version"]),
         recorded_at=_time(row["recorded_at"]),
         sizes=sizes,
@@ -91,7 +101,7 @@ def turn_values(turn: TurnRow, *, key: Any, time: Any) -> tuple[Any, ...]:
         key(turn.conversation_id),
         turn.position,
         turn.turn_id,
-        turn.status.value,
+        STATUS_CODES[turn.status],
         turn.version,
         time(turn.recorded_at),
         None if sizes is None else sizes.question_json_bytes,

@@ -421,7 +421,7 @@ class SQLiteReadSideRecorder(SQLiteApplicationRecorder):
             for row in self._select(
                 f"SELECT {TURN_COLUMNS} FROM conversation_turns "
                 "WHERE conversation_id = ? AND position < ? AND position > ? "
-                "AND status = 'confirmed' AND version <= ? "
+                "AND status = 'c' AND version <= ? "
                 "AND (deleted_version IS NULL OR deleted_version > ?) "
                 "ORDER BY position DESC LIMIT ?",
                 (conversation_id.hex, below, above, as_of, as_of, limit),
@@ -436,7 +436,7 @@ class SQLiteReadSideRecorder(SQLiteApplicationRecorder):
             for row in self._select(
                 "SELECT turn_id FROM conversation_turns "
                 "WHERE conversation_id = ? AND position >= ? AND position <= ? "
-                "AND status = 'confirmed' AND version <= ? "
+                "AND status = 'c' AND version <= ? "
                 "AND (deleted_version IS NULL OR deleted_version > ?) "
                 "ORDER BY position",
                 (conversation_id.hex, first, last, as_of, as_of),
