@@ -350,19 +350,21 @@ _READ_SIDE_DDL = [
     " modified_at timestamptz NOT NULL)",
     "CREATE INDEX IF NOT EXISTS conversation_heads_by_owner "
     "ON {schema}.conversation_heads (owner_id, created_at)",
+    # One row per turn: columns ordered so that none needs alignment padding,
+    # versions as integer (a conversation never reaches 2**31 events).
     "CREATE TABLE IF NOT EXISTS {schema}.conversation_turns ("
     " conversation_id uuid NOT NULL,"
-    " position integer NOT NULL,"
-    " turn_id text NOT NULL,"
-    " status text NOT NULL,"
-    " version bigint NOT NULL,"
     " recorded_at timestamptz NOT NULL,"
+    " deleted_at timestamptz,"
+    " position integer NOT NULL,"
+    " version integer NOT NULL,"
+    " deleted_version integer,"
     " question_json_bytes integer,"
     " answer_json_bytes integer,"
     " question_chars integer,"
     " answer_chars integer,"
-    " deleted_version bigint,"
-    " deleted_at timestamptz,"
+    " status \"char\" NOT NULL,"
+    " turn_id text NOT NULL,"
     " PRIMARY KEY (conversation_id, position),"
     " UNIQUE (conversation_id, turn_id))",
     "CREATE TABLE IF NOT EXISTS {schema}.conversation_folds ("
