@@ -363,7 +363,7 @@ _READ_SIDE_DDL = [
     " answer_json_bytes integer,"
     " question_chars integer,"
     " answer_chars integer,"
-    " status \"char\" NOT NULL,"
+    ' status "char" NOT NULL,'
     " turn_id text NOT NULL,"
     " PRIMARY KEY (conversation_id, position),"
     " UNIQUE (conversation_id, turn_id))",
