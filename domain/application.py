@@ -299,8 +299,9 @@ class Conversations(Application[UUID]):
         """Record many completed exchanges (turn id, question, answer) in order.
 
         For importing a history: the turns are saved in shared transactions
-        (up to 64 a transaction), each checked like `confirm_turn`; the first
-        one refused raises its error after every turn before it is recorded.
+        (up to 64 a transaction), each checked like `confirm_turn` and recorded
+        or refused on its own; once all were tried, the first refusal is raised.
+        Input that is malformed is refused before anything is written.
         """
         writes = [
             self._turn_write(

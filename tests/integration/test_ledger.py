@@ -427,3 +427,31 @@ def test_no_turn_text_is_stored_in_plaintext(
         stored = b"".join(bytes(row[0]) for row in rows)
     assert marker.encode() not in stored
     assert open_ledger().get_history(OWNER, conversation_id).items[0].question == marker
+
+
+def test_a_history_imported_in_bulk_keeps_its_order_and_refuses_turn_by_turn(
+    ledger: Conversations,
+) -> None:
+    conversation_id = ledger.start_conversation(OWNER)
+    turns = [(f"i{n}", f"question {n}", f"answer {n}") for n in range(150)]
+    receipts = ledger.confirm_turns(OWNER, conversation_id, turns)
+    assert [r.version for r in receipts] == list(range(2, 152))
+    assert history(ledger, conversation_id)[149][:3] == (
+        "i149",
+        TurnStatus.CONFIRMED,
+        False,
+    )
+    # Malformed input: nothing is written.
+    with pytest.raises(InvalidInputError):
+        ledger.confirm_turns(
+            OWNER, conversation_id, [("j1", "q", "a"), ("j2", "", "a")]
+        )
+    assert ledger.get_conversation(OWNER, conversation_id).version == 151
+    # A refused turn fails alone; the first refusal is raised after all were tried.
+    with pytest.raises(TurnConflictError):
+        ledger.confirm_turns(
+            OWNER,
+            conversation_id,
+            [("j1", "q", "a"), ("i0", "another question", "a"), ("j2", "q", "a")],
+        )
+    assert [t for t, *_ in history(ledger, conversation_id)[-2:]] == ["j1", "j2"]
