@@ -33,6 +33,10 @@ class KeyPurgeView(TrackingRecorder, ABC):
     def compact(self, application_name: str) -> bool:
         """Rewrite storage so no destroyed key's bytes remain; False if deferred."""
 
+    def compaction_holds(self, application_name: str) -> tuple[str, ...]:
+        """Why the last compaction stayed pending, if the store can say."""
+        return ()
+
 
 class TextVault(Protocol):
     """Seals turn text with keys held outside the event log.

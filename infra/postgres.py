@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Collection
 from typing import Any
 from uuid import UUID
@@ -13,6 +12,7 @@ from psycopg import sql
 from psycopg_pool import ConnectionPool
 
 from turnledger.domain.errors import TurnDeletedError
+from turnledger.infra.compaction import DEFAULT_LOCK_TIMEOUT_MS, KeyCompaction
 from turnledger.infra.keystore import KeyStore
 
 # The key table is hash-partitioned by conversation so that compaction (VACUUM
@@ -49,6 +49,8 @@ class PostgresKeyStore(KeyStore):
         self._conninfo = conninfo
         self._schema = schema
         self.horizon_wait_seconds = horizon_wait_seconds
+        self.compaction_lock_timeout_ms = DEFAULT_LOCK_TIMEOUT_MS
+        self._key_compaction: KeyCompaction | None = None
         self._table = sql.Identifier(schema, "turn_keys")
         self._tracking = sql.Identifier(schema, "key_purge_tracking")
         self._destroyed = sql.Identifier(schema, "destroyed_turn_keys")
@@ -203,56 +205,27 @@ class PostgresKeyStore(KeyStore):
             )
 
     def compact(self, application_name: str) -> bool:
-        """VACUUM FULL the partitions the purge deleted from since the last time.
+        """Rewrite destroyed keys out of the partitions and the WAL, verified.
 
-        VACUUM FULL copies rows that an older transaction may still see, so it
-        first waits (up to `horizon_wait_seconds`) until no transaction in this
-        database started before the last destruction. If one still runs, the
-        compaction stays pending and the next purge run retries it.
+        False (pending) while an older transaction, a lock or WAL retention
+        holds it; `compaction_holds` says which. See infra/compaction.py.
         """
-        with self._pool.connection() as connection:
-            row = connection.execute(
-                sql.SQL(
-                    "SELECT destroyed_id, destroyed_xid, dirty_partitions FROM {} "
-                    "WHERE application_name = %s"
-                ).format(self._tracking),
-                (application_name,),
-            ).fetchone()
-        if row is None:
-            return False
-        destroyed_id, destroyed_xid, dirty = row
-        with psycopg.connect(self._conninfo, autocommit=True) as connection:
-            if destroyed_xid is not None and not self._wait_for_horizon(
-                connection, destroyed_xid
-            ):
-                return False
-            for relname in sorted(dirty):
-                partition = sql.Identifier(self._schema, relname)
-                connection.execute(sql.SQL("VACUUM FULL {}").format(partition))
-            # Only if nothing was destroyed meanwhile: otherwise stay pending.
-            marked = connection.execute(
-                sql.SQL(
-                    "UPDATE {} SET compacted_id = destroyed_id, "
-                    "dirty_partitions = '{{}}' "
-                    "WHERE application_name = %s AND destroyed_id = %s"
-                ).format(self._tracking),
-                (application_name, destroyed_id),
-            ).rowcount
-        return marked == 1
+        outcome = self._compaction().run(
+            application_name,
+            horizon_wait_seconds=self.horizon_wait_seconds,
+            lock_timeout_ms=self.compaction_lock_timeout_ms,
+        )
+        return outcome.complete
 
-    def _wait_for_horizon(
-        self, connection: psycopg.Connection[Any], destroyed_xid: object
-    ) -> bool:
-        deadline = time.monotonic() + self.horizon_wait_seconds
-        while True:
-            row = connection.execute(
-                _OLDER_TRANSACTIONS, {"xid": destroyed_xid}
-            ).fetchone()
-            if row is not None and not row[0]:
-                return True
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.05)
+    def compaction_holds(self, application_name: str) -> tuple[str, ...]:
+        return self._compaction().holds(application_name)
+
+    def _compaction(self) -> KeyCompaction:
+        if self._key_compaction is None:
+            self._key_compaction = KeyCompaction(
+                self._pool, self._conninfo, self._schema
+            )
+        return self._key_compaction
 
     def _tracking_row(self, application_name: str) -> tuple[int, int, int] | None:
         with self._pool.connection() as connection:
@@ -278,27 +251,3 @@ _LOCK_SHARED = (
 _LOCK_EXCLUSIVE = (
     "SELECT pg_advisory_xact_lock(hashtext('turnledger.turn_keys'), hashtext(%s))"
 )
-
-# Whether a transaction that may not yet see the deletion (its snapshot or its
-# own id is not newer than the deleting transaction) still holds back what
-# VACUUM may remove: other sessions of this database, prepared transactions,
-# standbys' feedback, replication slots. Seeing other roles' sessions needs
-# pg_read_all_stats.
-_OLDER_TRANSACTIONS = """
-SELECT EXISTS (
-    SELECT 1 FROM pg_stat_activity
-    WHERE datname = current_database() AND pid <> pg_backend_pid()
-      AND greatest(coalesce(age(backend_xmin), 0), coalesce(age(backend_xid), 0))
-          >= age(xid(%(xid)s::xid8))
-) OR EXISTS (
-    SELECT 1 FROM pg_prepared_xacts
-    WHERE database = current_database() AND age(transaction) >= age(xid(%(xid)s::xid8))
-) OR EXISTS (
-    SELECT 1 FROM pg_stat_replication  -- standbys with hot_standby_feedback
-    WHERE age(backend_xmin) >= age(xid(%(xid)s::xid8))
-) OR EXISTS (
-    SELECT 1 FROM pg_replication_slots
-    WHERE greatest(coalesce(age(xmin), 0), coalesce(age(catalog_xmin), 0))
-          >= age(xid(%(xid)s::xid8))
-)
-"""

@@ -1,0 +1,514 @@
+"""Compaction of the PostgreSQL key store: no destroyed key left in any file.
+
+After the purge has deleted key rows, their bytes are still in three places
+the server holds: dead tuples in the partitions' files, the WAL segments that
+logged the INSERTs (and full-page images of the pages holding the keys), and,
+if WAL is recycled, old segments renamed for reuse with their contents. This
+module removes all three and *verifies* it before reporting complete:
+
+1. **Horizon.** VACUUM FULL keeps dead rows that a transaction older than the
+   deletion may still see. Before rewriting, it waits (briefly) until no such
+   transaction exists anywhere in the cluster: sessions of this database
+   (snapshot or xid), transactions holding an xid in *any* database (every new
+   snapshot, VACUUM's own included, treats them as running), prepared
+   transactions, standbys' feedback and replication slots.
+2. **Rewrite.** `VACUUM (FULL, VERBOSE)` of the partitions the purge deleted
+   from, under a `lock_timeout`: a session holding a lock on a partition makes
+   compaction give up and stay pending rather than queue every key read and
+   write behind it. The server's own report ("N dead row versions cannot be
+   removed yet") is the verification: anything but 0 leaves it pending.
+3. **WAL.** With `wal_recycle = off`, segments the server no longer needs are
+   unlinked, not renamed with their contents. The purge records the highest
+   segment present after the rewrite; every segment up to that one may hold
+   destroyed keys. When it may (superuser, or EXECUTE on pg_switch_wal and the
+   pg_checkpoint role), it switches the insert position past that segment and
+   runs CHECKPOINT, which removes older segments. Complete only when
+   `pg_ls_waldir()` (pg_monitor) shows none of them left. What keeps them
+   (archiving, replication slots, wal_keep_size, wal_recycle, privileges) is
+   reported as the reason compaction is pending; a later run re-checks.
+
+The state lives in `<schema>.key_compaction`, so every process (and the HTTP
+route) sees why a compaction is pending. See docs/deletion.md.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg import errors, sql
+from psycopg_pool import ConnectionPool
+
+# Server settings under which compaction can remove destroyed keys from the WAL
+# (applied by scripts/postgres-up and docker-compose.yml; all are reloadable).
+WAL_SETTINGS = {
+    # Removed segments are unlinked, not renamed for reuse with old contents.
+    "wal_recycle": "off",
+    # New segments are written with zeros, not left with whatever the disk held.
+    "wal_init_zero": "on",
+    # Few spare segments, and no WAL kept beyond what recovery needs.
+    "min_wal_size": "32MB",
+    "wal_keep_size": "0",
+}
+
+# How long VACUUM FULL may wait for a partition's lock before compaction gives
+# up (every key read and write of that partition queues behind it meanwhile).
+DEFAULT_LOCK_TIMEOUT_MS = 200
+
+_SEGMENT = re.compile(r"^[0-9A-F]{24}(\.partial)?$")
+_REWRITE_REPORT = re.compile(r'"(?P<schema>[^"]*)\.(?P<relname>[^"]*)"')
+_LEADING_COUNT = re.compile(r"^\s*(\d+)")
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionOutcome:
+    """Whether compaction is complete, and what holds it if not."""
+
+    complete: bool
+    holds: tuple[str, ...] = ()
+
+
+class KeyCompaction:
+    """Rewrites destroyed keys out of a schema's key partitions and the WAL."""
+
+    def __init__(self, pool: ConnectionPool[Any], conninfo: str, schema: str) -> None:
+        self._pool = pool
+        self._conninfo = conninfo
+        self._tracking = sql.Identifier(schema, "key_purge_tracking")
+        self._state = sql.Identifier(schema, "key_compaction")
+        self._schema = schema
+        self._state_ready = False
+
+    def run(
+        self,
+        application_name: str,
+        *,
+        horizon_wait_seconds: float,
+        lock_timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS,
+    ) -> CompactionOutcome:
+        self._ensure_state_table()
+        with self._pool.connection() as connection:
+            row = connection.execute(
+                sql.SQL(
+                    "SELECT destroyed_id, destroyed_xid, dirty_partitions FROM {} "
+                    "WHERE application_name = %s"
+                ).format(self._tracking),
+                (application_name,),
+            ).fetchone()
+        if row is None:
+            return CompactionOutcome(complete=False, holds=("nothing purged yet",))
+        destroyed_id, destroyed_xid, dirty = row
+        with psycopg.connect(self._conninfo, autocommit=True) as connection:
+            if dirty:
+                holds = self._rewrite(
+                    connection,
+                    application_name=application_name,
+                    destroyed_id=destroyed_id,
+                    destroyed_xid=destroyed_xid,
+                    partitions=dirty,
+                    horizon_wait_seconds=horizon_wait_seconds,
+                    lock_timeout_ms=lock_timeout_ms,
+                )
+                if holds:
+                    return self._pending(connection, application_name, holds)
+            else:
+                # A deletion that found no key rows wrote no key bytes anywhere.
+                self._record_rewrite(connection, application_name, destroyed_id, None)
+            holds = self._clear_wal(connection, application_name)
+            if holds:
+                return self._pending(connection, application_name, holds)
+            marked = connection.execute(
+                sql.SQL(
+                    "UPDATE {tracking} t SET compacted_id = t.destroyed_id "
+                    "FROM {state} s WHERE t.application_name = %(name)s "
+                    "AND s.application_name = t.application_name "
+                    "AND s.rewritten_id = t.destroyed_id "
+                    "AND t.dirty_partitions = '{{}}'"
+                ).format(tracking=self._tracking, state=self._state),
+                {"name": application_name},
+            ).rowcount
+            if marked != 1:
+                # Keys were destroyed meanwhile: the next run covers them.
+                return self._pending(
+                    connection, application_name, ("new deletions since the rewrite",)
+                )
+            self._set_holds(connection, application_name, ())
+        return CompactionOutcome(complete=True)
+
+    def holds(self, application_name: str) -> tuple[str, ...]:
+        """Why the last compaction attempt stayed pending (empty if it did not)."""
+        self._ensure_state_table()
+        with self._pool.connection() as connection:
+            row = connection.execute(
+                sql.SQL("SELECT holds FROM {} WHERE application_name = %s").format(
+                    self._state
+                ),
+                (application_name,),
+            ).fetchone()
+        return () if row is None else tuple(row[0])
+
+    # The rewrite ------------------------------------------------------------
+
+    def _rewrite(
+        self,
+        connection: psycopg.Connection[Any],
+        *,
+        application_name: str,
+        destroyed_id: int,
+        destroyed_xid: object,
+        partitions: Collection[str],
+        horizon_wait_seconds: float,
+        lock_timeout_ms: int,
+    ) -> tuple[str, ...]:
+        if destroyed_xid is not None:
+            holders = wait_for_horizon(
+                connection, destroyed_xid, timeout_seconds=horizon_wait_seconds
+            )
+            if holders:
+                return tuple(f"older transaction: {h}" for h in holders)
+        kept: dict[str, int] = {}
+
+        def collect(diagnostic: psycopg.errors.Diagnostic) -> None:
+            # '"schema.partition": found R removable, N nonremovable row
+            # versions ...' with detail 'D dead row versions cannot be removed
+            # yet' (the count comes first in every translation).
+            primary = diagnostic.message_primary or ""
+            named = _REWRITE_REPORT.match(primary)
+            counted = _LEADING_COUNT.match(diagnostic.message_detail or "")
+            if named and counted and "removable" in primary:
+                kept[named["relname"]] = int(counted[1])
+
+        connection.add_notice_handler(collect)
+        connection.execute(
+            sql.SQL("SET lock_timeout = {}").format(sql.Literal(f"{lock_timeout_ms}ms"))
+        )
+        try:
+            for relname in sorted(partitions):
+                connection.execute(
+                    sql.SQL("VACUUM (FULL, VERBOSE) {}").format(
+                        sql.Identifier(self._schema, relname)
+                    )
+                )
+        except errors.LockNotAvailable:
+            return (
+                f"lock: another session holds a lock on a key partition "
+                f"(waited {lock_timeout_ms} ms)",
+            )
+        finally:
+            connection.execute("RESET lock_timeout")
+            connection.remove_notice_handler(collect)
+        unverified = sorted(set(partitions) - set(kept))
+        if unverified:
+            return (f"rewrite not verified: no report from VACUUM for {unverified}",)
+        dead = {relname: count for relname, count in kept.items() if count}
+        if dead:
+            return tuple(
+                f"older transaction: VACUUM FULL kept {count} dead row(s) of {name}"
+                for name, count in sorted(dead.items())
+            )
+        highest = _highest_segment(connection)
+        cleared = connection.execute(
+            sql.SQL(
+                "UPDATE {} SET dirty_partitions = '{{}}' "
+                "WHERE application_name = %s AND destroyed_id = %s"
+            ).format(self._tracking),
+            (application_name, destroyed_id),
+        ).rowcount
+        if cleared != 1:
+            return ("new deletions during the rewrite",)
+        self._record_rewrite(connection, application_name, destroyed_id, highest)
+        return ()
+
+    def _record_rewrite(
+        self,
+        connection: psycopg.Connection[Any],
+        application_name: str,
+        destroyed_id: int,
+        highest_segment: str | None,
+    ) -> None:
+        # The WAL up to `wal_segment` may hold destroyed keys: it only grows.
+        connection.execute(
+            sql.SQL(
+                "INSERT INTO {} AS s (application_name, rewritten_id, wal_segment) "
+                "VALUES (%(name)s, %(id)s, %(segment)s) "
+                "ON CONFLICT (application_name) DO UPDATE SET "
+                "rewritten_id = GREATEST(s.rewritten_id, EXCLUDED.rewritten_id), "
+                "wal_segment = GREATEST(s.wal_segment, EXCLUDED.wal_segment)"
+            ).format(self._state),
+            {"name": application_name, "id": destroyed_id, "segment": highest_segment},
+        )
+
+    # The WAL ----------------------------------------------------------------
+
+    def _clear_wal(
+        self, connection: psycopg.Connection[Any], application_name: str
+    ) -> tuple[str, ...]:
+        row = connection.execute(
+            sql.SQL("SELECT wal_segment FROM {} WHERE application_name = %s").format(
+                self._state
+            ),
+            (application_name,),
+        ).fetchone()
+        target = None if row is None else row[0]
+        if target is None:
+            return ()
+        privileges = _wal_privileges(connection)
+        if not privileges.can_list:
+            return (
+                "WAL retention: cannot list pg_wal to verify it (grant pg_monitor)",
+            )
+        config = wal_retention_settings(connection)
+        if not config and privileges.can_force:
+            _move_past(connection, target)
+            connection.execute("CHECKPOINT")
+            if _segments_up_to(connection, target):
+                # A checkpoint already under way when ours was requested may
+                # have finished first; the next one starts after our switch.
+                connection.execute("CHECKPOINT")
+        remaining = _segments_up_to(connection, target)
+        # Recycled segments keep their bytes under new names, and archived ones
+        # outside pg_wal: with either, an empty listing proves nothing.
+        unverifiable = [
+            hold for hold in config if hold.startswith(("wal_recycle", "archive_mode"))
+        ]
+        if not remaining and not unverifiable:
+            return ()
+        holds = list(config)
+        if remaining:
+            holds.append(
+                f"{len(remaining)} segment(s) up to {target} still in pg_wal"
+                f" (oldest {remaining[0]})"
+            )
+            if not privileges.can_force:
+                holds.append(
+                    "no privilege to force them out: needs superuser, or EXECUTE "
+                    "on pg_switch_wal() and the pg_checkpoint role"
+                )
+            holds.extend(_slot_holds(connection, target))
+        return tuple(f"WAL retention: {hold}" for hold in holds)
+
+    # State ------------------------------------------------------------------
+
+    def _pending(
+        self,
+        connection: psycopg.Connection[Any],
+        application_name: str,
+        holds: tuple[str, ...],
+    ) -> CompactionOutcome:
+        self._set_holds(connection, application_name, holds)
+        return CompactionOutcome(complete=False, holds=holds)
+
+    def _set_holds(
+        self,
+        connection: psycopg.Connection[Any],
+        application_name: str,
+        holds: tuple[str, ...],
+    ) -> None:
+        connection.execute(
+            sql.SQL(
+                "INSERT INTO {} AS s"
+                " (application_name, rewritten_id, holds, checked_at)"
+                " VALUES (%(name)s, 0, %(holds)s, now()) "
+                "ON CONFLICT (application_name) DO UPDATE SET "
+                "holds = EXCLUDED.holds, checked_at = EXCLUDED.checked_at"
+            ).format(self._state),
+            {"name": application_name, "holds": list(holds)},
+        )
+
+    def _ensure_state_table(self) -> None:
+        if self._state_ready:
+            return
+        with self._pool.connection() as connection:
+            connection.execute(
+                sql.SQL(
+                    "CREATE TABLE IF NOT EXISTS {} ("
+                    " application_name text PRIMARY KEY,"
+                    " rewritten_id bigint NOT NULL,"  # last destroyed_id rewritten
+                    " wal_segment text,"  # WAL up to here may hold destroyed keys
+                    " holds text[] NOT NULL DEFAULT '{{}}',"  # why still pending
+                    " checked_at timestamptz)"
+                ).format(self._state)
+            )
+        self._state_ready = True
+
+
+# Horizon ----------------------------------------------------------------------
+
+# Who may still see rows deleted by transaction %(xid)s, so VACUUM FULL must
+# keep them: sessions of this database whose snapshot or xid is not newer;
+# sessions of any database holding an older xid (every snapshot taken now,
+# VACUUM's own included, treats that xid as running); prepared transactions;
+# standbys' hot_standby_feedback; replication slots. Other roles' sessions are
+# visible only with pg_read_all_stats: the rewrite's own report catches what
+# this misses.
+OLDER_TRANSACTIONS = """
+SELECT format('session %%s in database %%s (%%s, since %%s)', pid,
+              coalesce(datname, '-'), coalesce(state, '-'),
+              coalesce(xact_start::text, '-'))
+FROM pg_stat_activity
+WHERE pid <> pg_backend_pid()
+  AND (age(backend_xid) >= age(xid(%(xid)s::xid8))
+       OR (datname = current_database()
+           AND age(backend_xmin) >= age(xid(%(xid)s::xid8))))
+UNION ALL
+SELECT format('prepared transaction %%s in database %%s', gid, database)
+FROM pg_prepared_xacts WHERE age(transaction) >= age(xid(%(xid)s::xid8))
+UNION ALL
+SELECT format('standby %%s (hot_standby_feedback)',
+              coalesce(application_name, pid::text))
+FROM pg_stat_replication WHERE age(backend_xmin) >= age(xid(%(xid)s::xid8))
+UNION ALL
+SELECT format('replication slot %%s', slot_name) FROM pg_replication_slots
+WHERE greatest(coalesce(age(xmin), 0), coalesce(age(catalog_xmin), 0))
+      >= age(xid(%(xid)s::xid8))
+"""
+
+
+def wait_for_horizon(
+    connection: psycopg.Connection[Any],
+    destroyed_xid: object,
+    *,
+    timeout_seconds: float,
+) -> list[str]:
+    """Wait until nothing older than `destroyed_xid` runs; else who still does."""
+    deadline = time.monotonic() + timeout_seconds
+    while True:
+        holders = [
+            str(row[0])
+            for row in connection.execute(
+                OLDER_TRANSACTIONS, {"xid": destroyed_xid}
+            ).fetchall()
+        ]
+        if not holders or time.monotonic() >= deadline:
+            return holders
+        time.sleep(0.05)
+
+
+# WAL ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _WalPrivileges:
+    can_list: bool
+    can_force: bool
+
+
+def _wal_privileges(connection: psycopg.Connection[Any]) -> _WalPrivileges:
+    row = connection.execute(
+        "SELECT r.rolsuper,"
+        " has_function_privilege('pg_ls_waldir()', 'EXECUTE'),"
+        " has_function_privilege('pg_switch_wal()', 'EXECUTE'),"
+        " pg_has_role('pg_checkpoint', 'MEMBER')"
+        " FROM pg_roles r WHERE r.rolname = current_user"
+    ).fetchone()
+    assert row is not None
+    superuser, can_list, can_switch, can_checkpoint = (bool(value) for value in row)
+    return _WalPrivileges(
+        can_list=superuser or can_list,
+        can_force=superuser or (can_switch and can_checkpoint),
+    )
+
+
+def wal_retention_settings(connection: psycopg.Connection[Any]) -> list[str]:
+    """Server settings that keep WAL segments (or their bytes) after a purge."""
+    row = connection.execute(
+        "SELECT current_setting('wal_recycle'), current_setting('archive_mode'),"
+        " pg_size_bytes(current_setting('wal_keep_size')),"
+        " current_setting('wal_keep_size'),"
+        " (SELECT count(*) FROM pg_replication_slots WHERE restart_lsn IS NOT NULL)"
+    ).fetchone()
+    assert row is not None
+    recycle, archive_mode, keep_bytes, keep_size, slots = row
+    holds = []
+    if recycle == "on":
+        holds.append(
+            "wal_recycle=on (old segments are renamed for reuse with their contents)"
+        )
+    if archive_mode != "off":
+        holds.append(
+            f"archive_mode={archive_mode} (archived segments keep destroyed keys "
+            "for as long as the archive keeps them)"
+        )
+    if keep_bytes:
+        holds.append(f"wal_keep_size={keep_size}")
+    if slots:
+        holds.append(f"{slots} replication slot(s) retain WAL")
+    return holds
+
+
+def server_check(conninfo: str) -> list[str]:
+    """What keeps this server from removing destroyed keys from its WAL.
+
+    For the start-up check: an empty list means the purge can complete.
+    """
+    with psycopg.connect(conninfo, autocommit=True) as connection:
+        findings = wal_retention_settings(connection)
+        privileges = _wal_privileges(connection)
+    if not privileges.can_list:
+        findings.append("cannot list pg_wal to verify a purge (grant pg_monitor)")
+    if not privileges.can_force:
+        findings.append(
+            "cannot force WAL segments out (needs superuser, or EXECUTE on "
+            "pg_switch_wal() and the pg_checkpoint role): a purge completes only "
+            "once the server's own checkpoints have removed them"
+        )
+    return findings
+
+
+def _segments(connection: psycopg.Connection[Any]) -> list[str]:
+    names = [
+        str(row[0])
+        for row in connection.execute("SELECT name FROM pg_ls_waldir()").fetchall()
+    ]
+    return sorted(name for name in names if _SEGMENT.match(name))
+
+
+def _highest_segment(connection: psycopg.Connection[Any]) -> str:
+    """The last segment file that exists now, or the one being written.
+
+    Files named beyond the one being written are pre-allocated, or were
+    recycled (renamed) while wal_recycle was on and hold older WAL: both count.
+    """
+    current = _current_segment(connection)
+    try:
+        existing = _segments(connection)
+    except errors.InsufficientPrivilege:
+        existing = []
+    return max([current, *(name[:24] for name in existing)])
+
+
+def _current_segment(connection: psycopg.Connection[Any]) -> str:
+    # +1: at a segment boundary pg_walfile_name names the previous segment.
+    row = connection.execute(
+        "SELECT pg_walfile_name(pg_current_wal_insert_lsn() + 1)"
+    ).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def _segments_up_to(connection: psycopg.Connection[Any], target: str) -> list[str]:
+    return [name for name in _segments(connection) if name[:24] <= target]
+
+
+def _move_past(connection: psycopg.Connection[Any], target: str) -> None:
+    """Switch WAL segments until the insert position is beyond `target`."""
+    for _ in range(64):  # far more segments than min_wal_size keeps around
+        if _current_segment(connection) > target:
+            return
+        # pg_switch_wal() does nothing in a segment with no record yet: write
+        # one (the commit of a transaction that was given an id).
+        connection.execute("SELECT pg_current_xact_id()")
+        connection.execute("SELECT pg_switch_wal()")
+
+
+def _slot_holds(connection: psycopg.Connection[Any], target: str) -> list[str]:
+    rows = connection.execute(
+        "SELECT slot_name, pg_walfile_name(restart_lsn) FROM pg_replication_slots "
+        "WHERE restart_lsn IS NOT NULL AND pg_walfile_name(restart_lsn) <= %s",
+        (target,),
+    ).fetchall()
+    return [f"replication slot {name} needs WAL from {seg}" for name, seg in rows]
