@@ -152,14 +152,17 @@ class PurgeRunner:
 
     def state(self) -> PurgeReport:
         """Where the purge stands, without running it (for status reports)."""
-        name = self._app.name
-        view = self._purge.view
-        pending = view.needs_compaction(name)
-        return PurgeReport(
-            deletions_processed=0,
-            keys_destroyed=0,
-            position=view.max_tracking_id(name),
-            compacted=False,
-            compaction_pending=pending,
-            pending_reasons=view.compaction_holds(name) if pending else (),
-        )
+        return purge_state(self._purge.view, self._app.name)
+
+
+def purge_state(view: KeyPurgeView, application_name: str) -> PurgeReport:
+    """The purge's position and whether compaction is pending, read only."""
+    pending = view.needs_compaction(application_name)
+    return PurgeReport(
+        deletions_processed=0,
+        keys_destroyed=0,
+        position=view.max_tracking_id(application_name),
+        compacted=False,
+        compaction_pending=pending,
+        pending_reasons=view.compaction_holds(application_name) if pending else (),
+    )

@@ -41,7 +41,9 @@ class PrivateCluster:
     def conninfo(self) -> str:
         return f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres"
 
-    def connect(self, dbname: str = "postgres") -> psycopg.Connection[tuple[object, ...]]:
+    def connect(
+        self, dbname: str = "postgres"
+    ) -> psycopg.Connection[tuple[object, ...]]:
         return psycopg.connect(
             f"host=127.0.0.1 port={self.port} user=postgres dbname={dbname}",
             autocommit=True,
@@ -90,8 +92,18 @@ def private_cluster(
     port = _free_port()
     subprocess.run(
         _as_postgres(
-            [str(BIN / "initdb"), "-D", str(data_dir), "-U", "postgres",
-             "--auth=trust", "--no-sync", "-E", "UTF8", "--locale=C.UTF-8"]
+            [
+                str(BIN / "initdb"),
+                "-D",
+                str(data_dir),
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "--no-sync",
+                "-E",
+                "UTF8",
+                "--locale=C.UTF-8",
+            ]
         ),
         check=True,
         capture_output=True,
@@ -110,7 +122,9 @@ def private_cluster(
             conf.write(f"{name} = {value}\n")
     pg_ctl = [str(BIN / "pg_ctl"), "-D", str(data_dir), "-l", str(root / "log"), "-w"]
     try:
-        subprocess.run(_as_postgres([*pg_ctl, "start"]), check=True, capture_output=True)
+        subprocess.run(
+            _as_postgres([*pg_ctl, "start"]), check=True, capture_output=True
+        )
         yield PrivateCluster(data_dir=data_dir, port=port)
     finally:
         subprocess.run(
