@@ -33,7 +33,9 @@ route) sees why a compaction is pending. See docs/deletion.md.
 
 from __future__ import annotations
 
+import logging
 import re
+import threading
 import time
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -54,6 +56,12 @@ WAL_SETTINGS = {
     "min_wal_size": "32MB",
     "wal_keep_size": "0",
 }
+
+logger = logging.getLogger("turnledger.purge")
+
+# How long a purge waits for the CHECKPOINT that removes old WAL segments
+# before returning "pending" (the checkpoint then completes it by itself).
+DEFAULT_CHECKPOINT_WAIT_SECONDS = 0.5
 
 # How long VACUUM FULL may wait for a partition's lock before compaction gives
 # up (every key read and write of that partition queues behind it meanwhile).
@@ -82,6 +90,8 @@ class KeyCompaction:
         self._state = sql.Identifier(schema, "key_compaction")
         self._schema = schema
         self._state_ready = False
+        self._finishing = threading.RLock()
+        self._checkpointer: threading.Thread | None = None
 
     def run(
         self,
@@ -89,6 +99,7 @@ class KeyCompaction:
         *,
         horizon_wait_seconds: float,
         lock_timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS,
+        checkpoint_wait_seconds: float = DEFAULT_CHECKPOINT_WAIT_SECONDS,
     ) -> CompactionOutcome:
         self._ensure_state_table()
         with self._pool.connection() as connection:
@@ -118,9 +129,18 @@ class KeyCompaction:
             else:
                 # A deletion that found no key rows wrote no key bytes anywhere.
                 self._record_rewrite(connection, application_name, destroyed_id, None)
-            holds = self._clear_wal(connection, application_name)
+            holds = self._clear_wal(
+                connection, application_name, checkpoint_wait_seconds
+            )
             if holds:
                 return self._pending(connection, application_name, holds)
+            return self._finish(connection, application_name)
+
+    def _finish(
+        self, connection: psycopg.Connection[Any], application_name: str
+    ) -> CompactionOutcome:
+        """Mark compaction complete (files rewritten, WAL verified clear)."""
+        with self._finishing:
             marked = connection.execute(
                 sql.SQL(
                     "UPDATE {tracking} t SET compacted_id = t.destroyed_id "
@@ -245,7 +265,10 @@ class KeyCompaction:
     # The WAL ----------------------------------------------------------------
 
     def _clear_wal(
-        self, connection: psycopg.Connection[Any], application_name: str
+        self,
+        connection: psycopg.Connection[Any],
+        application_name: str,
+        checkpoint_wait_seconds: float,
     ) -> tuple[str, ...]:
         row = connection.execute(
             sql.SQL("SELECT wal_segment FROM {} WHERE application_name = %s").format(
@@ -262,13 +285,12 @@ class KeyCompaction:
                 "WAL retention: cannot list pg_wal to verify it (grant pg_monitor)",
             )
         config = wal_retention_settings(connection)
-        if not config and privileges.can_force:
+        checkpointing = False
+        if not config and privileges.can_force and _segments_up_to(connection, target):
             _move_past(connection, target)
-            connection.execute("CHECKPOINT")
-            if _segments_up_to(connection, target):
-                # A checkpoint already under way when ours was requested may
-                # have finished first; the next one starts after our switch.
-                connection.execute("CHECKPOINT")
+            checkpointing = not self._checkpoint(
+                application_name, target, checkpoint_wait_seconds
+            )
         remaining = _segments_up_to(connection, target)
         # Recycled segments keep their bytes under new names, and archived ones
         # outside pg_wal: with either, an empty listing proves nothing.
@@ -278,7 +300,11 @@ class KeyCompaction:
         if not remaining and not unverifiable:
             return ()
         holds = list(config)
-        if remaining:
+        if remaining and checkpointing:
+            holds.append(
+                "a CHECKPOINT is removing the segments; it completes in the background"
+            )
+        elif remaining:
             holds.append(
                 f"{len(remaining)} segment(s) up to {target} still in pg_wal"
                 f" (oldest {remaining[0]})"
@@ -290,6 +316,44 @@ class KeyCompaction:
                 )
             holds.extend(_slot_holds(connection, target))
         return tuple(f"WAL retention: {hold}" for hold in holds)
+
+    def _checkpoint(
+        self, application_name: str, target: str, wait_seconds: float
+    ) -> bool:
+        """CHECKPOINT (which removes the old segments); True if done in time.
+
+        A checkpoint writes every dirty buffer of the cluster and may take
+        seconds: the caller (a deletion) waits `wait_seconds` at most, and the
+        checkpoint completes the compaction when it ends.
+        """
+        with self._finishing:
+            thread = self._checkpointer
+            if thread is None or not thread.is_alive():
+                thread = self._checkpointer = threading.Thread(
+                    target=self._checkpoint_and_finish,
+                    args=(application_name, target),
+                    name="turnledger-wal-checkpoint",
+                    daemon=True,
+                )
+                thread.start()
+        thread.join(wait_seconds)
+        return not thread.is_alive()
+
+    def _checkpoint_and_finish(self, application_name: str, target: str) -> None:
+        try:
+            with psycopg.connect(self._conninfo, autocommit=True) as connection:
+                connection.execute("CHECKPOINT")
+                if _segments_up_to(connection, target):
+                    # A checkpoint already under way when ours was requested
+                    # may have finished first; the next starts after our switch.
+                    connection.execute("CHECKPOINT")
+                if _segments_up_to(connection, target):
+                    return  # held after all: the next run says by what
+                if wal_retention_settings(connection):
+                    return
+                self._finish(connection, application_name)
+        except psycopg.Error:
+            logger.exception("WAL checkpoint of the purge failed; it is retried")
 
     # State ------------------------------------------------------------------
 

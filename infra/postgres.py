@@ -12,7 +12,11 @@ from psycopg import sql
 from psycopg_pool import ConnectionPool
 
 from turnledger.domain.errors import TurnDeletedError
-from turnledger.infra.compaction import DEFAULT_LOCK_TIMEOUT_MS, KeyCompaction
+from turnledger.infra.compaction import (
+    DEFAULT_CHECKPOINT_WAIT_SECONDS,
+    DEFAULT_LOCK_TIMEOUT_MS,
+    KeyCompaction,
+)
 from turnledger.infra.keystore import KeyStore
 
 # The key table is hash-partitioned by conversation so that compaction (VACUUM
@@ -50,6 +54,7 @@ class PostgresKeyStore(KeyStore):
         self._schema = schema
         self.horizon_wait_seconds = horizon_wait_seconds
         self.compaction_lock_timeout_ms = DEFAULT_LOCK_TIMEOUT_MS
+        self.checkpoint_wait_seconds = DEFAULT_CHECKPOINT_WAIT_SECONDS
         self._key_compaction: KeyCompaction | None = None
         self._table = sql.Identifier(schema, "turn_keys")
         self._tracking = sql.Identifier(schema, "key_purge_tracking")
@@ -214,6 +219,7 @@ class PostgresKeyStore(KeyStore):
             application_name,
             horizon_wait_seconds=self.horizon_wait_seconds,
             lock_timeout_ms=self.compaction_lock_timeout_ms,
+            checkpoint_wait_seconds=self.checkpoint_wait_seconds,
         )
         return outcome.complete
 

@@ -29,12 +29,17 @@ def register(subparsers: Any) -> None:
 # Distinct from 1 (error) and 2 (invalid settings): the purge ran, but its
 # compaction is held by something outside turnledger; run it again later.
 EXIT_PENDING = 3
+CHECKPOINT_WAIT_SECONDS = 60.0
 
 
 def run(arguments: argparse.Namespace) -> int:
     settings = Settings()
     ledger = open_conversations(settings)  # start-up runs the purge once
     try:
+        view = ledger.vault.purge_view
+        if hasattr(view, "checkpoint_wait_seconds"):
+            # A command may wait for the CHECKPOINT a deletion does not.
+            view.checkpoint_wait_seconds = CHECKPOINT_WAIT_SECONDS
         report = ledger.purge_deleted_history()
     finally:
         ledger.close()

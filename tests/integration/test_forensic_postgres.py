@@ -99,6 +99,8 @@ def test_a_copy_of_the_whole_cluster_opens_no_deleted_turn(tmp_path: Path) -> No
         settings = _settings(cluster)
         master = master_key(settings)
         ledger = open_conversations(settings)
+        view: Any = ledger.vault.purge_view
+        view.checkpoint_wait_seconds = 30.0  # complete before returning
         try:
             scenario = write_scenario(ledger)
             recorded = _key_table(cluster, scenario.conversation_id)
