@@ -61,7 +61,7 @@ logger = logging.getLogger("turnledger.purge")
 
 # How long a purge waits for the CHECKPOINT that removes old WAL segments
 # before returning "pending" (the checkpoint then completes it by itself).
-DEFAULT_CHECKPOINT_WAIT_SECONDS = 0.5
+DEFAULT_CHECKPOINT_WAIT_SECONDS = 0.2
 
 # How long VACUUM FULL may wait for a partition's lock before compaction gives
 # up (every key read and write of that partition queues behind it meanwhile).
@@ -576,3 +576,29 @@ def _slot_holds(connection: psycopg.Connection[Any], target: str) -> list[str]:
         (target,),
     ).fetchall()
     return [f"replication slot {name} needs WAL from {seg}" for name, seg in rows]
+
+
+# Key-store sessions ------------------------------------------------------------
+
+# With statement logging on (log_statement, log_min_duration_statement), the
+# server writes each statement's parameters to its log, and so every wrapped
+# key the key store inserts. These make the key store's own sessions log no
+# parameter values. They need superuser or GRANT SET ON PARAMETER (PostgreSQL
+# 15); without it the server's settings apply (docs/deletion.md).
+QUIET_KEY_SESSION = {
+    "log_parameter_max_length": "0",
+    "log_parameter_max_length_on_error": "0",
+}
+
+
+def configure_key_session(connection: psycopg.Connection[Any]) -> None:
+    """Pool `configure` callback of the key store: log no parameter values."""
+    for name, value in QUIET_KEY_SESSION.items():
+        row = connection.execute(
+            "SELECT has_parameter_privilege(%s, 'SET')", (name,)
+        ).fetchone()
+        if row is not None and row[0]:
+            connection.execute(
+                sql.SQL("SET {} = {}").format(sql.Identifier(name), sql.Literal(value))
+            )
+    connection.commit()

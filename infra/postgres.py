@@ -16,6 +16,7 @@ from turnledger.infra.compaction import (
     DEFAULT_CHECKPOINT_WAIT_SECONDS,
     DEFAULT_LOCK_TIMEOUT_MS,
     KeyCompaction,
+    configure_key_session,
 )
 from turnledger.infra.keystore import KeyStore
 
@@ -60,7 +61,12 @@ class PostgresKeyStore(KeyStore):
         self._tracking = sql.Identifier(schema, "key_purge_tracking")
         self._destroyed = sql.Identifier(schema, "destroyed_turn_keys")
         self._pool = ConnectionPool(
-            conninfo, min_size=1, max_size=pool_size, open=True, name="turnledger-keys"
+            conninfo,
+            min_size=1,
+            max_size=pool_size,
+            open=True,
+            name="turnledger-keys",
+            configure=configure_key_session,  # no key bytes in the server's log
         )
         with self._pool.connection() as connection:
             self._create_tables(connection)

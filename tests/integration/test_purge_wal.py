@@ -16,8 +16,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.forensic import DOOMED, OWNER, attack, hits, needles
-from tests.integration.forensic import files_under, read_all, write_scenario
+from tests.integration.forensic import (
+    DOOMED,
+    OWNER,
+    attack,
+    files_under,
+    hits,
+    needles,
+    read_all,
+    write_scenario,
+)
 from tests.integration.private_cluster import private_cluster
 from tests.integration.test_forensic_postgres import _key_table, _settings
 from turnledger.infra.cli import main
