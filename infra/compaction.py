@@ -129,17 +129,26 @@ class KeyCompaction:
             else:
                 # A deletion that found no key rows wrote no key bytes anywhere.
                 self._record_rewrite(connection, application_name, destroyed_id, None)
+            target = self._wal_target(connection, application_name)
             holds = self._clear_wal(
-                connection, application_name, checkpoint_wait_seconds
+                connection, application_name, target, checkpoint_wait_seconds
             )
             if holds:
                 return self._pending(connection, application_name, holds)
-            return self._finish(connection, application_name)
+            return self._finish(connection, application_name, target)
 
     def _finish(
-        self, connection: psycopg.Connection[Any], application_name: str
+        self,
+        connection: psycopg.Connection[Any],
+        application_name: str,
+        verified_segment: str | None,
     ) -> CompactionOutcome:
-        """Mark compaction complete (files rewritten, WAL verified clear)."""
+        """Mark compaction complete: files rewritten, WAL verified clear.
+
+        Only if nothing changed since the verification: no deletion since the
+        rewrite, and the WAL to clear still ends at `verified_segment` (a
+        rewrite meanwhile, here or in another process, moves it on).
+        """
         with self._finishing:
             marked = connection.execute(
                 sql.SQL(
@@ -147,9 +156,10 @@ class KeyCompaction:
                     "FROM {state} s WHERE t.application_name = %(name)s "
                     "AND s.application_name = t.application_name "
                     "AND s.rewritten_id = t.destroyed_id "
+                    "AND s.wal_segment IS NOT DISTINCT FROM %(segment)s "
                     "AND t.dirty_partitions = '{{}}'"
                 ).format(tracking=self._tracking, state=self._state),
-                {"name": application_name},
+                {"name": application_name, "segment": verified_segment},
             ).rowcount
             if marked != 1:
                 # Keys were destroyed meanwhile: the next run covers them.
@@ -264,19 +274,25 @@ class KeyCompaction:
 
     # The WAL ----------------------------------------------------------------
 
-    def _clear_wal(
-        self,
-        connection: psycopg.Connection[Any],
-        application_name: str,
-        checkpoint_wait_seconds: float,
-    ) -> tuple[str, ...]:
+    def _wal_target(
+        self, connection: psycopg.Connection[Any], application_name: str
+    ) -> str | None:
+        """The last WAL segment that may hold destroyed keys (None: none may)."""
         row = connection.execute(
             sql.SQL("SELECT wal_segment FROM {} WHERE application_name = %s").format(
                 self._state
             ),
             (application_name,),
         ).fetchone()
-        target = None if row is None else row[0]
+        return None if row is None or row[0] is None else str(row[0])
+
+    def _clear_wal(
+        self,
+        connection: psycopg.Connection[Any],
+        application_name: str,
+        target: str | None,
+        checkpoint_wait_seconds: float,
+    ) -> tuple[str, ...]:
         if target is None:
             return ()
         privileges = _wal_privileges(connection)
@@ -351,7 +367,7 @@ class KeyCompaction:
                     return  # held after all: the next run says by what
                 if wal_retention_settings(connection):
                     return
-                self._finish(connection, application_name)
+                self._finish(connection, application_name, target)
         except psycopg.Error:
             logger.exception("WAL checkpoint of the purge failed; it is retried")
 
