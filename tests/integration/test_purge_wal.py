@@ -26,7 +26,7 @@ from tests.integration.forensic import (
     read_all,
     write_scenario,
 )
-from tests.integration.private_cluster import private_cluster
+from tests.integration.private_cluster import PrivateCluster, private_cluster
 from tests.integration.test_forensic_postgres import _key_table, _settings
 from turnledger.infra.cli import main
 from turnledger.infra.compaction import WAL_SETTINGS
@@ -35,6 +35,35 @@ from turnledger.infra.purge import EXIT_PENDING
 from turnledger.infra.purge_retry import server_findings
 
 pytestmark = pytest.mark.postgres
+
+
+def _current_segment(cluster: PrivateCluster) -> str:
+    with cluster.connect() as connection:
+        row = connection.execute(
+            "SELECT pg_walfile_name(pg_current_wal_insert_lsn() + 1)"
+        ).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def _fill_segment_start(cluster: PrivateCluster) -> str:
+    with cluster.connect() as connection:
+        connection.execute("SELECT pg_current_xact_id()")
+        connection.execute("SELECT pg_switch_wal()")
+        segment = _current_segment(cluster)
+        connection.execute("CREATE TABLE filler (x text)")
+        while True:
+            row = connection.execute(
+                "SELECT file_offset FROM "
+                "pg_walfile_name_offset(pg_current_wal_insert_lsn())"
+            ).fetchone()
+            assert row is not None and _current_segment(cluster) == segment
+            if row[0] > 10 * 1024 * 1024:
+                return segment
+            connection.execute(
+                "INSERT INTO filler SELECT repeat('x', 1000) "
+                "FROM generate_series(1, 500)"
+            )
 
 
 def test_recycled_wal_keeps_the_purge_pending_until_the_operator_turns_it_off(
@@ -46,13 +75,27 @@ def test_recycled_wal_keeps_the_purge_pending_until_the_operator_turns_it_off(
         master = master_key(settings)
         ledger = open_conversations(settings)
         try:
+            # Start a segment and fill ~10 MB of it first, so the keys land
+            # late in it: a recycled copy keeps them even after new records
+            # overwrite its beginning.
+            segment = _fill_segment_start(cluster)
             scenario = write_scenario(ledger)
             recorded = _key_table(cluster, scenario.conversation_id)
+            assert _current_segment(cluster) == segment  # keys in its tail
             with cluster.connect() as connection:
-                for _ in range(3):  # the segment with the keys is recycled
-                    connection.execute("SELECT pg_current_xact_id()")
-                    connection.execute("SELECT pg_switch_wal()")
-                    connection.execute("CHECKPOINT")
+                # The segment holding the keys is recycled: renamed to a name
+                # beyond the one being written, contents and all.
+                connection.execute("SELECT pg_current_xact_id()")
+                connection.execute("SELECT pg_switch_wal()")
+                connection.execute("CHECKPOINT")
+            current = _current_segment(cluster)
+            wal = read_all(files_under(cluster.data_dir / "pg_wal"))
+            recycled = [
+                name
+                for name, content in wal.items()
+                if Path(name).name > current and recorded["t1"] in content
+            ]
+            assert recycled, "no recycled segment holds a key: the setup is wrong"
             receipt = ledger.delete_history(
                 OWNER, scenario.conversation_id, turn_ids=list(DOOMED)
             )
