@@ -68,7 +68,6 @@ DEFAULT_CHECKPOINT_WAIT_SECONDS = 0.2
 DEFAULT_LOCK_TIMEOUT_MS = 200
 
 _SEGMENT = re.compile(r"^[0-9A-F]{24}(\.partial)?$")
-_REWRITE_REPORT = re.compile(r'"(?P<schema>[^"]*)\.(?P<relname>[^"]*)"')
 _LEADING_COUNT = re.compile(r"^\s*(\d+)")
 
 
@@ -201,16 +200,17 @@ class KeyCompaction:
             if holders:
                 return tuple(f"older transaction: {h}" for h in holders)
         kept: dict[str, int] = {}
+        counts: list[int] = []
 
         def collect(diagnostic: psycopg.errors.Diagnostic) -> None:
-            # '"schema.partition": found R removable, N nonremovable row
-            # versions ...' with detail 'D dead row versions cannot be removed
-            # yet' (the count comes first in every translation).
-            primary = diagnostic.message_primary or ""
-            named = _REWRITE_REPORT.match(primary)
+            # VACUUM (FULL, VERBOSE) reports '"schema.partition": found R
+            # removable, N nonremovable row versions in P pages' with the
+            # detail 'D dead row versions cannot be removed yet. CPU: ...'.
+            # Only the detail's leading count is read: the wording is
+            # translated with lc_messages, the count stays first.
             counted = _LEADING_COUNT.match(diagnostic.message_detail or "")
-            if named and counted and "removable" in primary:
-                kept[named["relname"]] = int(counted[1])
+            if counted:
+                counts.append(int(counted[1]))
 
         connection.add_notice_handler(collect)
         connection.execute(
@@ -218,11 +218,14 @@ class KeyCompaction:
         )
         try:
             for relname in sorted(partitions):
+                counts.clear()
                 connection.execute(
                     sql.SQL("VACUUM (FULL, VERBOSE) {}").format(
                         sql.Identifier(self._schema, relname)
                     )
                 )
+                if counts:
+                    kept[relname] = max(counts)
         except errors.LockNotAvailable:
             return (
                 f"lock: another session holds a lock on a key partition "
@@ -422,9 +425,9 @@ class KeyCompaction:
 # keep them: sessions of this database whose snapshot or xid is not newer;
 # sessions of any database holding an older xid (every snapshot taken now,
 # VACUUM's own included, treats that xid as running); prepared transactions;
-# standbys' hot_standby_feedback; replication slots. Other roles' sessions are
-# visible only with pg_read_all_stats: the rewrite's own report catches what
-# this misses.
+# standbys' hot_standby_feedback; replication slots. backend_xid and
+# backend_xmin are shown to every role. The rewrite's own report catches
+# anything this misses.
 OLDER_TRANSACTIONS = """
 SELECT format('session %%s in database %%s (%%s, since %%s)', pid,
               coalesce(datname, '-'), coalesce(state, '-'),
