@@ -22,7 +22,9 @@ module removes all three and *verifies* it before reporting complete:
    segment present after the rewrite; every segment up to that one may hold
    destroyed keys. When it may (superuser, or EXECUTE on pg_switch_wal and the
    pg_checkpoint role), it switches the insert position past that segment and
-   runs CHECKPOINT, which removes older segments. Complete only when
+   runs CHECKPOINT, which removes older segments; the checkpoint runs in a
+   thread of its own, which the caller waits for only briefly and which marks
+   the compaction complete when it ends. Complete only when
    `pg_ls_waldir()` (pg_monitor) shows none of them left. What keeps them
    (archiving, replication slots, wal_keep_size, wal_recycle, privileges) is
    reported as the reason compaction is pending; a later run re-checks.
@@ -45,17 +47,7 @@ import psycopg
 from psycopg import errors, sql
 from psycopg_pool import ConnectionPool
 
-# Server settings under which compaction can remove destroyed keys from the WAL
-# (applied by scripts/postgres-up and docker-compose.yml; all are reloadable).
-WAL_SETTINGS = {
-    # Removed segments are unlinked, not renamed for reuse with old contents.
-    "wal_recycle": "off",
-    # New segments are written with zeros, not left with whatever the disk held.
-    "wal_init_zero": "on",
-    # Few spare segments, and no WAL kept beyond what recovery needs.
-    "min_wal_size": "32MB",
-    "wal_keep_size": "0",
-}
+from turnledger.infra import wal
 
 logger = logging.getLogger("turnledger.purge")
 
@@ -67,7 +59,6 @@ DEFAULT_CHECKPOINT_WAIT_SECONDS = 0.2
 # up (every key read and write of that partition queues behind it meanwhile).
 DEFAULT_LOCK_TIMEOUT_MS = 200
 
-_SEGMENT = re.compile(r"^[0-9A-F]{24}(\.partial)?$")
 _LEADING_COUNT = re.compile(r"^\s*(\d+)")
 
 
@@ -243,7 +234,7 @@ class KeyCompaction:
                 f"older transaction: VACUUM FULL kept {count} dead row(s) of {name}"
                 for name, count in sorted(dead.items())
             )
-        highest = _highest_segment(connection)
+        highest = wal.highest_segment(connection)
         cleared = connection.execute(
             sql.SQL(
                 "UPDATE {} SET dirty_partitions = '{{}}' "
@@ -298,19 +289,23 @@ class KeyCompaction:
     ) -> tuple[str, ...]:
         if target is None:
             return ()
-        privileges = _wal_privileges(connection)
+        privileges = wal.wal_privileges(connection)
         if not privileges.can_list:
             return (
                 "WAL retention: cannot list pg_wal to verify it (grant pg_monitor)",
             )
-        config = wal_retention_settings(connection)
+        config = wal.wal_retention_settings(connection)
         checkpointing = False
-        if not config and privileges.can_force and _segments_up_to(connection, target):
-            _move_past(connection, target)
+        if (
+            not config
+            and privileges.can_force
+            and wal.segments_up_to(connection, target)
+        ):
+            wal.move_past(connection, target)
             checkpointing = not self._checkpoint(
                 application_name, target, checkpoint_wait_seconds
             )
-        remaining = _segments_up_to(connection, target)
+        remaining = wal.segments_up_to(connection, target)
         # Recycled segments keep their bytes under new names, and archived ones
         # outside pg_wal: with either, an empty listing proves nothing.
         unverifiable = [
@@ -333,7 +328,7 @@ class KeyCompaction:
                     "no privilege to force them out: needs superuser, or EXECUTE "
                     "on pg_switch_wal() and the pg_checkpoint role"
                 )
-            holds.extend(_slot_holds(connection, target))
+            holds.extend(wal.slot_holds(connection, target))
         return tuple(f"WAL retention: {hold}" for hold in holds)
 
     def _checkpoint(
@@ -362,13 +357,13 @@ class KeyCompaction:
         try:
             with psycopg.connect(self._conninfo, autocommit=True) as connection:
                 connection.execute("CHECKPOINT")
-                if _segments_up_to(connection, target):
+                if wal.segments_up_to(connection, target):
                     # A checkpoint already under way when ours was requested
                     # may have finished first; the next starts after our switch.
                     connection.execute("CHECKPOINT")
-                if _segments_up_to(connection, target):
+                if wal.segments_up_to(connection, target):
                     return  # held after all: the next run says by what
-                if wal_retention_settings(connection):
+                if wal.wal_retention_settings(connection):
                     return
                 self._finish(connection, application_name, target)
         except psycopg.Error:
@@ -469,155 +464,3 @@ def wait_for_horizon(
         if not holders or time.monotonic() >= deadline:
             return holders
         time.sleep(0.05)
-
-
-# WAL ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _WalPrivileges:
-    can_list: bool
-    can_force: bool
-
-
-def _wal_privileges(connection: psycopg.Connection[Any]) -> _WalPrivileges:
-    row = connection.execute(
-        "SELECT r.rolsuper,"
-        " has_function_privilege('pg_ls_waldir()', 'EXECUTE'),"
-        " has_function_privilege('pg_switch_wal()', 'EXECUTE'),"
-        " pg_has_role('pg_checkpoint', 'MEMBER')"
-        " FROM pg_roles r WHERE r.rolname = current_user"
-    ).fetchone()
-    assert row is not None
-    superuser, can_list, can_switch, can_checkpoint = (bool(value) for value in row)
-    return _WalPrivileges(
-        can_list=superuser or can_list,
-        can_force=superuser or (can_switch and can_checkpoint),
-    )
-
-
-def wal_retention_settings(connection: psycopg.Connection[Any]) -> list[str]:
-    """Server settings that keep WAL segments (or their bytes) after a purge."""
-    row = connection.execute(
-        "SELECT current_setting('wal_recycle'), current_setting('archive_mode'),"
-        " pg_size_bytes(current_setting('wal_keep_size')),"
-        " current_setting('wal_keep_size'),"
-        " (SELECT count(*) FROM pg_replication_slots WHERE restart_lsn IS NOT NULL)"
-    ).fetchone()
-    assert row is not None
-    recycle, archive_mode, keep_bytes, keep_size, slots = row
-    holds = []
-    if recycle == "on":
-        holds.append(
-            "wal_recycle=on (old segments are renamed for reuse with their contents)"
-        )
-    if archive_mode != "off":
-        holds.append(
-            f"archive_mode={archive_mode} (archived segments keep destroyed keys "
-            "for as long as the archive keeps them)"
-        )
-    if keep_bytes:
-        holds.append(f"wal_keep_size={keep_size}")
-    if slots:
-        holds.append(f"{slots} replication slot(s) retain WAL")
-    return holds
-
-
-def server_check(conninfo: str) -> list[str]:
-    """What keeps this server from removing destroyed keys from its WAL.
-
-    For the start-up check: an empty list means the purge can complete.
-    """
-    with psycopg.connect(conninfo, autocommit=True) as connection:
-        findings = wal_retention_settings(connection)
-        privileges = _wal_privileges(connection)
-    if not privileges.can_list:
-        findings.append("cannot list pg_wal to verify a purge (grant pg_monitor)")
-    if not privileges.can_force:
-        findings.append(
-            "cannot force WAL segments out (needs superuser, or EXECUTE on "
-            "pg_switch_wal() and the pg_checkpoint role): a purge completes only "
-            "once the server's own checkpoints have removed them"
-        )
-    return findings
-
-
-def _segments(connection: psycopg.Connection[Any]) -> list[str]:
-    names = [
-        str(row[0])
-        for row in connection.execute("SELECT name FROM pg_ls_waldir()").fetchall()
-    ]
-    return sorted(name for name in names if _SEGMENT.match(name))
-
-
-def _highest_segment(connection: psycopg.Connection[Any]) -> str:
-    """The last segment file that exists now, or the one being written.
-
-    Files named beyond the one being written are pre-allocated, or were
-    recycled (renamed) while wal_recycle was on and hold older WAL: both count.
-    """
-    current = _current_segment(connection)
-    try:
-        existing = _segments(connection)
-    except errors.InsufficientPrivilege:
-        existing = []
-    return max([current, *(name[:24] for name in existing)])
-
-
-def _current_segment(connection: psycopg.Connection[Any]) -> str:
-    # +1: at a segment boundary pg_walfile_name names the previous segment.
-    row = connection.execute(
-        "SELECT pg_walfile_name(pg_current_wal_insert_lsn() + 1)"
-    ).fetchone()
-    assert row is not None
-    return str(row[0])
-
-
-def _segments_up_to(connection: psycopg.Connection[Any], target: str) -> list[str]:
-    return [name for name in _segments(connection) if name[:24] <= target]
-
-
-def _move_past(connection: psycopg.Connection[Any], target: str) -> None:
-    """Switch WAL segments until the insert position is beyond `target`."""
-    for _ in range(64):  # far more segments than min_wal_size keeps around
-        if _current_segment(connection) > target:
-            return
-        # pg_switch_wal() does nothing in a segment with no record yet: write
-        # one (the commit of a transaction that was given an id).
-        connection.execute("SELECT pg_current_xact_id()")
-        connection.execute("SELECT pg_switch_wal()")
-
-
-def _slot_holds(connection: psycopg.Connection[Any], target: str) -> list[str]:
-    rows = connection.execute(
-        "SELECT slot_name, pg_walfile_name(restart_lsn) FROM pg_replication_slots "
-        "WHERE restart_lsn IS NOT NULL AND pg_walfile_name(restart_lsn) <= %s",
-        (target,),
-    ).fetchall()
-    return [f"replication slot {name} needs WAL from {seg}" for name, seg in rows]
-
-
-# Key-store sessions ------------------------------------------------------------
-
-# With statement logging on (log_statement, log_min_duration_statement), the
-# server writes each statement's parameters to its log, and so every wrapped
-# key the key store inserts. These make the key store's own sessions log no
-# parameter values. They need superuser or GRANT SET ON PARAMETER (PostgreSQL
-# 15); without it the server's settings apply (docs/deletion.md).
-QUIET_KEY_SESSION = {
-    "log_parameter_max_length": "0",
-    "log_parameter_max_length_on_error": "0",
-}
-
-
-def configure_key_session(connection: psycopg.Connection[Any]) -> None:
-    """Pool `configure` callback of the key store: log no parameter values."""
-    for name, value in QUIET_KEY_SESSION.items():
-        row = connection.execute(
-            "SELECT has_parameter_privilege(%s, 'SET')", (name,)
-        ).fetchone()
-        if row is not None and row[0]:
-            connection.execute(
-                sql.SQL("SET {} = {}").format(sql.Identifier(name), sql.Literal(value))
-            )
-    connection.commit()

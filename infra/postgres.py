@@ -16,8 +16,8 @@ from turnledger.infra.compaction import (
     DEFAULT_CHECKPOINT_WAIT_SECONDS,
     DEFAULT_LOCK_TIMEOUT_MS,
     KeyCompaction,
-    configure_key_session,
 )
+from turnledger.infra.key_session import configure_key_session
 from turnledger.infra.keystore import KeyStore
 
 # The key table is hash-partitioned by conversation so that compaction (VACUUM

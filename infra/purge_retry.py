@@ -26,7 +26,7 @@ def server_findings(settings: Settings) -> list[str]:
     """What would keep a purge pending on this server (PostgreSQL only)."""
     if settings.persistence != "postgres":
         return []
-    from turnledger.infra.compaction import server_check
+    from turnledger.infra.wal import server_check
 
     return server_check(settings.postgres_conninfo())
 

@@ -4,7 +4,7 @@ settings: never the shared server.
 The cluster is initialised in a temporary directory, listens on 127.0.0.1 at a
 port of its own and on a unix socket in that directory, and is configured the
 way `scripts/postgres-up` configures a server for turnledger (the WAL settings
-in `turnledger.infra.compaction.WAL_SETTINGS`). Running as root, its programs
+in `turnledger.infra.wal.WAL_SETTINGS`). Running as root, its programs
 run as the `postgres` OS user.
 """
 
@@ -25,7 +25,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from turnledger.infra.compaction import WAL_SETTINGS
+from turnledger.infra.wal import WAL_SETTINGS
 
 BIN = Path("/usr/lib/postgresql/15/bin")
 # The range of ports these tests may use (one cluster at a time per test).

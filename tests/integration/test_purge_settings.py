@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from turnledger.infra.compaction import WAL_SETTINGS
+from turnledger.infra.wal import WAL_SETTINGS
 
 ROOT = Path(__file__).resolve().parents[2]
 

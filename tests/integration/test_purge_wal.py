@@ -29,10 +29,10 @@ from tests.integration.forensic import (
 from tests.integration.private_cluster import PrivateCluster, private_cluster
 from tests.integration.test_forensic_postgres import _key_table, _settings
 from turnledger.infra.cli import main
-from turnledger.infra.compaction import WAL_SETTINGS
 from turnledger.infra.persistence import master_key, open_conversations
 from turnledger.infra.purge import EXIT_PENDING
 from turnledger.infra.purge_retry import server_findings
+from turnledger.infra.wal import WAL_SETTINGS
 
 pytestmark = pytest.mark.postgres
 
