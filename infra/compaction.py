@@ -366,8 +366,8 @@ class KeyCompaction:
                 if wal.wal_retention_settings(connection):
                     return
                 self._finish(connection, application_name, target)
-        except psycopg.Error:
-            logger.exception("WAL checkpoint of the purge failed; it is retried")
+        except psycopg.Error as error:
+            logger.warning("WAL checkpoint of the purge failed (%s); retried", error)
 
     # State ------------------------------------------------------------------
 

@@ -65,8 +65,8 @@ class PurgeRetry:
     def _loop(self) -> None:
         try:
             self.findings = server_findings(self._settings)
-        except Exception:  # a check must never stop the service
-            logger.exception("could not check the server's WAL settings")
+        except Exception as error:  # a check must never stop the service
+            logger.warning("could not check the server's WAL settings: %s", error)
         for finding in self.findings:
             logger.warning("deletion: %s (docs/deletion.md)", finding)
         while not self._stopping.wait(self._interval):
@@ -78,8 +78,8 @@ class PurgeRetry:
             if not self.state().compaction_pending:
                 return None
             report = self._ledger.purge_deleted_history()
-        except Exception:  # the next round tries again
-            logger.exception("purge retry failed")
+        except Exception as error:  # the next round tries again
+            logger.warning("purge retry failed (%s); retrying", error)
             return None
         self.last_report = report
         if report.compaction_pending:
