@@ -16,7 +16,6 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -131,12 +130,3 @@ def private_cluster(
             _as_postgres([*pg_ctl, "stop", "-m", "immediate"]), capture_output=True
         )
         shutil.rmtree(root, ignore_errors=True)
-
-
-def wait_until(condition: object, timeout: float, interval: float = 0.1) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if callable(condition) and condition():
-            return True
-        time.sleep(interval)
-    return bool(callable(condition) and condition())
