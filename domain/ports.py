@@ -34,6 +34,10 @@ class KeyPurgeView(TrackingRecorder, ABC):
     def compact(self, application_name: str) -> bool:
         """Rewrite storage so no destroyed key's bytes remain; False if deferred."""
 
+    def compaction_holds(self, application_name: str) -> tuple[str, ...]:
+        """Why the last compaction stayed pending, if the store can say."""
+        return ()
+
 
 @dataclass(frozen=True, slots=True)
 class NewKey:

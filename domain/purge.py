@@ -42,6 +42,16 @@ class PurgeReport:
     position: int | None
     compacted: bool
     compaction_pending: bool
+    # While pending: what holds it (an older transaction, a lock, WAL
+    # retention...), as the key store reports it.
+    pending_reasons: tuple[str, ...] = ()
+
+    @property
+    def state(self) -> str:
+        """'complete', or 'pending: <reasons>'."""
+        if not self.compaction_pending:
+            return "complete"
+        return "pending: " + ("; ".join(self.pending_reasons) or "deferred")
 
 
 class HistoryPurge(Projection[KeyPurgeView]):
@@ -130,10 +140,29 @@ class PurgeRunner:
         compacted = False
         if view.needs_compaction(name):
             compacted = view.compact(name)
+        pending = view.needs_compaction(name)
         return PurgeReport(
             deletions_processed=self._purge.deletions_processed - processed_before,
             keys_destroyed=self._purge.keys_destroyed - destroyed_before,
             position=position,
             compacted=compacted,
-            compaction_pending=view.needs_compaction(name),
+            compaction_pending=pending,
+            pending_reasons=view.compaction_holds(name) if pending else (),
         )
+
+    def state(self) -> PurgeReport:
+        """Where the purge stands, without running it (for status reports)."""
+        return purge_state(self._purge.view, self._app.name)
+
+
+def purge_state(view: KeyPurgeView, application_name: str) -> PurgeReport:
+    """The purge's position and whether compaction is pending, read only."""
+    pending = view.needs_compaction(application_name)
+    return PurgeReport(
+        deletions_processed=0,
+        keys_destroyed=0,
+        position=view.max_tracking_id(application_name),
+        compacted=False,
+        compaction_pending=pending,
+        pending_reasons=view.compaction_holds(application_name) if pending else (),
+    )

@@ -10,6 +10,7 @@ from turnledger.infra.settings import Settings
 from turnledger.infra.sqlite import SQLiteKeyStore
 from turnledger.infra.vault import (
     KeyVault,
+    MasterKeyError,
     decode_master_key,
     load_or_create_key_file,
     new_master_key,
@@ -57,9 +58,19 @@ def master_key(settings: Settings) -> bytes:
     if settings.master_key is not None:
         return decode_master_key(settings.master_key.get_secret_value())
     if settings.master_key_file is not None:
-        return decode_master_key(settings.master_key_file.read_text())
+        if not settings.master_key_file.is_file():
+            raise MasterKeyError(
+                f"TURNLEDGER_MASTER_KEY_FILE {settings.master_key_file} is not a file"
+            )
+        # Never created here: a configured file is the operator's.
+        return load_or_create_key_file(settings.master_key_file)
     if settings.persistence == "sqlite":
-        return load_or_create_key_file(settings.default_master_key_path)
+        # The event log holds the sealed text; the key file may just have been
+        # created empty by the key store.
+        return load_or_create_key_file(
+            settings.default_master_key_path,
+            data_exists=settings.sqlite_events_path.exists(),
+        )
     return decode_master_key(new_master_key())  # memory: lives as long as the process
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 from uuid import UUID
@@ -20,6 +19,12 @@ from psycopg_pool import ConnectionPool
 
 from turnledger.domain.errors import TurnDeletedError
 from turnledger.domain.ports import NewKey
+from turnledger.infra.compaction import (
+    DEFAULT_CHECKPOINT_WAIT_SECONDS,
+    DEFAULT_LOCK_TIMEOUT_MS,
+    KeyCompaction,
+)
+from turnledger.infra.key_session import QUIET_KEY_SESSION, configure_key_session
 from turnledger.infra.keystore import KeyStore
 from turnledger.infra.read_side_sql import (
     CONVERSATION_COLUMNS,
@@ -81,11 +86,19 @@ class PostgresKeyStore(KeyStore):
         self._conninfo = conninfo
         self._schema = schema
         self.horizon_wait_seconds = horizon_wait_seconds
+        self.compaction_lock_timeout_ms = DEFAULT_LOCK_TIMEOUT_MS
+        self.checkpoint_wait_seconds = DEFAULT_CHECKPOINT_WAIT_SECONDS
+        self._key_compaction: KeyCompaction | None = None
         self._table = sql.Identifier(schema, KEY_TABLE)
         self._tracking = sql.Identifier(schema, "key_purge_tracking")
         self._destroyed = sql.Identifier(schema, "destroyed_turn_keys")
         self._pool = ConnectionPool(
-            conninfo, min_size=1, max_size=pool_size, open=True, name="turnledger-keys"
+            conninfo,
+            min_size=1,
+            max_size=pool_size,
+            open=True,
+            name="turnledger-keys",
+            configure=configure_key_session,  # no key bytes in the server's log
         )
         with self._pool.connection() as connection:
             self._create_tables(connection)
@@ -235,56 +248,28 @@ class PostgresKeyStore(KeyStore):
             )
 
     def compact(self, application_name: str) -> bool:
-        """VACUUM FULL the partitions the purge deleted from since the last time.
+        """Rewrite destroyed keys out of the partitions and the WAL, verified.
 
-        VACUUM FULL copies rows that an older transaction may still see, so it
-        first waits (up to `horizon_wait_seconds`) until no transaction in this
-        database started before the last destruction. If one still runs, the
-        compaction stays pending and the next purge run retries it.
+        False (pending) while an older transaction, a lock or WAL retention
+        holds it; `compaction_holds` says which. See infra/compaction.py.
         """
-        with self._pool.connection() as connection:
-            row = connection.execute(
-                sql.SQL(
-                    "SELECT destroyed_id, destroyed_xid, dirty_partitions FROM {} "
-                    "WHERE application_name = %s"
-                ).format(self._tracking),
-                (application_name,),
-            ).fetchone()
-        if row is None:
-            return False
-        destroyed_id, destroyed_xid, dirty = row
-        with psycopg.connect(self._conninfo, autocommit=True) as connection:
-            if destroyed_xid is not None and not self._wait_for_horizon(
-                connection, destroyed_xid
-            ):
-                return False
-            for relname in sorted(dirty):
-                partition = sql.Identifier(self._schema, relname)
-                connection.execute(sql.SQL("VACUUM FULL {}").format(partition))
-            # Only if nothing was destroyed meanwhile: otherwise stay pending.
-            marked = connection.execute(
-                sql.SQL(
-                    "UPDATE {} SET compacted_id = destroyed_id, "
-                    "dirty_partitions = '{{}}' "
-                    "WHERE application_name = %s AND destroyed_id = %s"
-                ).format(self._tracking),
-                (application_name, destroyed_id),
-            ).rowcount
-        return marked == 1
+        outcome = self._compaction().run(
+            application_name,
+            horizon_wait_seconds=self.horizon_wait_seconds,
+            lock_timeout_ms=self.compaction_lock_timeout_ms,
+            checkpoint_wait_seconds=self.checkpoint_wait_seconds,
+        )
+        return outcome.complete
 
-    def _wait_for_horizon(
-        self, connection: psycopg.Connection[Any], destroyed_xid: object
-    ) -> bool:
-        deadline = time.monotonic() + self.horizon_wait_seconds
-        while True:
-            row = connection.execute(
-                _OLDER_TRANSACTIONS, {"xid": destroyed_xid}
-            ).fetchone()
-            if row is not None and not row[0]:
-                return True
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.05)
+    def compaction_holds(self, application_name: str) -> tuple[str, ...]:
+        return self._compaction().holds(application_name)
+
+    def _compaction(self) -> KeyCompaction:
+        if self._key_compaction is None:
+            self._key_compaction = KeyCompaction(
+                self._pool, self._conninfo, self._schema
+            )
+        return self._key_compaction
 
     def _tracking_row(self, application_name: str) -> tuple[int, int, int] | None:
         with self._pool.connection() as connection:
@@ -310,30 +295,6 @@ _LOCK_SHARED = (
 _LOCK_EXCLUSIVE = (
     "SELECT pg_advisory_xact_lock(hashtext('turnledger.turn_keys'), hashtext(%s))"
 )
-
-# Whether a transaction that may not yet see the deletion (its snapshot or its
-# own id is not newer than the deleting transaction) still holds back what
-# VACUUM may remove: other sessions of this database, prepared transactions,
-# standbys' feedback, replication slots. Seeing other roles' sessions needs
-# pg_read_all_stats.
-_OLDER_TRANSACTIONS = """
-SELECT EXISTS (
-    SELECT 1 FROM pg_stat_activity
-    WHERE datname = current_database() AND pid <> pg_backend_pid()
-      AND greatest(coalesce(age(backend_xmin), 0), coalesce(age(backend_xid), 0))
-          >= age(xid(%(xid)s::xid8))
-) OR EXISTS (
-    SELECT 1 FROM pg_prepared_xacts
-    WHERE database = current_database() AND age(transaction) >= age(xid(%(xid)s::xid8))
-) OR EXISTS (
-    SELECT 1 FROM pg_stat_replication  -- standbys with hot_standby_feedback
-    WHERE age(backend_xmin) >= age(xid(%(xid)s::xid8))
-) OR EXISTS (
-    SELECT 1 FROM pg_replication_slots
-    WHERE greatest(coalesce(age(xmin), 0), coalesce(age(catalog_xmin), 0))
-          >= age(xid(%(xid)s::xid8))
-)
-"""
 
 
 # The read side, beside the events in the same schema ---------------------------
@@ -395,6 +356,7 @@ class PostgresReadSideRecorder(PostgresApplicationRecorder):
     def __init__(self, datastore: PostgresDatastore, **kwargs: Any) -> None:
         super().__init__(datastore, **kwargs)
         self._schema = sql.Identifier(datastore.schema)
+        self._quiet: list[sql.Composed] | None = None
         self.sql_create_statements.extend(
             sql.SQL(statement).format(schema=self._schema)  # type: ignore[arg-type]
             for statement in _READ_SIDE_DDL
@@ -402,6 +364,26 @@ class PostgresReadSideRecorder(PostgresApplicationRecorder):
 
     def _table(self, name: str) -> sql.Composed:
         return sql.SQL("{}.{}").format(self._schema, sql.Identifier(name))
+
+    def _quiet_key_statements(self) -> list[sql.Composed]:
+        """SET LOCAL statements that keep key bytes out of the server log, for
+        the settings this role may change (checked once)."""
+        if self._quiet is None:
+            quiet = []
+            with self.datastore.get_connection() as conn:
+                for name, value in QUIET_KEY_SESSION.items():
+                    row = conn.execute(
+                        "SELECT has_parameter_privilege(%s, 'SET') AS allowed",
+                        (name,),
+                    ).fetchone()
+                    if row is not None and row["allowed"]:
+                        quiet.append(
+                            sql.SQL("SET LOCAL {} = {}").format(
+                                sql.Identifier(name), sql.Literal(value)
+                            )
+                        )
+            self._quiet = quiet
+        return self._quiet
 
     def _insert_events(
         self,
@@ -416,6 +398,10 @@ class PostgresReadSideRecorder(PostgresApplicationRecorder):
         curs.connection.prepare_threshold = None
         new_keys: Sequence[NewKey] = kwargs.get("new_keys", ())
         if new_keys:
+            # As in the key store's own sessions (infra/key_session.py): with
+            # statement logging on, the server would log the wrapped keys.
+            for statement in self._quiet_key_statements():
+                curs.execute(statement)
             curs.executemany(
                 sql.SQL(
                     "INSERT INTO {} (conversation_id, turn_id, wrapped_key) "

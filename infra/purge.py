@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from turnledger.infra.persistence import open_conversations
+from turnledger.infra.purge_retry import server_findings
 from turnledger.infra.settings import Settings
 
 
@@ -17,15 +18,28 @@ def register(subparsers: Any) -> None:
             "Run the purge to the head of the log: destroy the keys named by every "
             "HistoryDeleted event not yet purged, then rewrite the key store's files. "
             "Start-up and every deletion do this too; run it to retry a compaction "
-            "that was deferred. Exit status 3 when compaction is still pending."
+            "that was deferred. Exit status 0 when nothing of a destroyed key is "
+            "left (files and WAL, verified), 3 when compaction is still pending; "
+            "the output says what holds it."
         ),
     )
     parser.set_defaults(handler=run)
 
 
+# Distinct from 1 (error) and 2 (invalid settings): the purge ran, but its
+# compaction is held by something outside turnledger; run it again later.
+EXIT_PENDING = 3
+CHECKPOINT_WAIT_SECONDS = 60.0
+
+
 def run(arguments: argparse.Namespace) -> int:
-    ledger = open_conversations(Settings())  # start-up runs the purge once
+    settings = Settings()
+    ledger = open_conversations(settings)  # start-up runs the purge once
     try:
+        view = ledger.vault.purge_view
+        if hasattr(view, "checkpoint_wait_seconds"):
+            # A command may wait for the CHECKPOINT a deletion does not.
+            view.checkpoint_wait_seconds = CHECKPOINT_WAIT_SECONDS
         report = ledger.purge_deleted_history()
     finally:
         ledger.close()
@@ -33,4 +47,8 @@ def run(arguments: argparse.Namespace) -> int:
         f"purged to log position {report.position}; "
         f"compaction {'pending' if report.compaction_pending else 'complete'}"
     )
-    return 3 if report.compaction_pending else 0
+    for reason in report.pending_reasons:
+        print(f"  pending: {reason}")
+    for finding in server_findings(settings):
+        print(f"  server: {finding} (docs/deletion.md)")
+    return EXIT_PENDING if report.compaction_pending else 0

@@ -27,6 +27,7 @@ from cryptography.hazmat.primitives.keywrap import (
     aes_key_wrap,
 )
 
+from turnledger.domain.errors import TurnLedgerError
 from turnledger.domain.ports import NewKey
 from turnledger.infra.keystore import KeyStore
 
@@ -35,7 +36,7 @@ _NONCE_BYTES = 12
 _KEY_WRAP_BYTES = 40  # a 32-byte key wrapped by RFC 3394
 
 
-class MasterKeyError(ValueError):
+class MasterKeyError(TurnLedgerError, ValueError):
     """Raised when the configured master key is missing or malformed."""
 
 
@@ -53,13 +54,31 @@ def new_master_key() -> str:
     return base64.b64encode(AESGCM.generate_key(bit_length=256)).decode("ascii")
 
 
-def load_or_create_key_file(path: Path) -> bytes:
-    """Read the master key file, creating it with mode 0600 on first use."""
+def load_or_create_key_file(path: Path, *, data_exists: bool = False) -> bytes:
+    """Read the master key file, creating it with mode 0600 on first use.
+
+    Refuses to create one when `data_exists`: data sealed under a lost key
+    would silently become unreadable (every old turn a MasterKeyError), and a
+    restored backup without its key file must be noticed, not papered over.
+    Refuses a file that group or others may read, as ssh does a private key.
+    """
     if not path.exists():
+        if data_exists:
+            raise MasterKeyError(
+                f"{path} is missing but data sealed under it exists beside it: "
+                "restore the key file (or set TURNLEDGER_MASTER_KEY); a new key "
+                "would not open any of it"
+            )
         path.parent.mkdir(parents=True, exist_ok=True)
         descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(descriptor, "w") as handle:
             handle.write(new_master_key() + "\n")
+    mode = path.stat().st_mode & 0o777
+    if mode & 0o077:
+        raise MasterKeyError(
+            f"{path} may be read by group or others (mode {mode:04o}): "
+            f"run chmod 600 {path}"
+        )
     return decode_master_key(path.read_text())
 
 

@@ -16,6 +16,7 @@ from turnledger.infra.http import (
     device_routes,
     export_routes,
     fold_routes,
+    purge_routes,
     sync_routes,
 )
 from turnledger.infra.http.cursor import CursorCodec
@@ -24,6 +25,7 @@ from turnledger.infra.http.limits import BodySizeLimit
 from turnledger.infra.http.notifier import HeadPoller, PostgresListener
 from turnledger.infra.http.service import Service
 from turnledger.infra.persistence import master_key, open_conversations
+from turnledger.infra.purge_retry import PurgeRetry
 from turnledger.infra.settings import Settings
 
 API_VERSION = "1"
@@ -71,9 +73,12 @@ def create_app(
                 interval=settings.sync_poll_interval_seconds,
             )
         watcher.start()
+        purge_retry = app.state.purge_retry = PurgeRetry(ledger, settings)
+        purge_retry.start()  # completes compactions left pending
         try:
             yield
         finally:
+            purge_retry.stop()
             watcher.stop()
             if owned_ledger:
                 ledger.close()
@@ -93,6 +98,7 @@ def create_app(
     app.include_router(device_routes.router)
     app.include_router(export_routes.router)
     app.include_router(fold_routes.router)
+    app.include_router(purge_routes.router)
 
     @app.get("/v1/health", response_model=HealthOut, tags=["service"])
     def health() -> HealthOut:

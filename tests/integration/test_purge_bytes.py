@@ -8,7 +8,8 @@ before the deletion (so a clean scan afterwards means something), delete,
 purge, and then search every file of the database (PostgreSQL: the test
 database's directory after CHECKPOINT, plus a pg_dump; SQLite: every file of
 the data directory, WAL included) for the marker and for every key's bytes in
-raw, hex and base64 form. WAL segments are out of scope: see docs/deletion.md.
+raw, hex and base64 form. The WAL of the shared server is checked on a private
+cluster, with the whole data directory: tests/integration/test_forensic_postgres.py.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -159,7 +160,14 @@ def _assert_recovers(
     try:
         assert _keys(reopened, ids["first"]) == ALL - first_deleted
         assert _keys(reopened, ids["second"]) == ALL - DELETED
-        assert not reopened.vault.purge_view.needs_compaction(reopened.name)
+        # On PostgreSQL the CHECKPOINT that clears the WAL may still be running
+        # (or a test elsewhere on the shared server holds the horizon): the
+        # purge completes once it is done.
+        deadline = time.monotonic() + 60
+        while reopened.vault.purge_view.needs_compaction(reopened.name):
+            assert time.monotonic() < deadline, reopened.purge_deleted_history()
+            time.sleep(0.1)
+            reopened.purge_deleted_history()
         page = reopened.get_history("owner", ids["second"])
         texts = {i.turn_id: i.question for i in page.items}
         assert texts == {

@@ -1,0 +1,466 @@
+"""Compaction of the PostgreSQL key store: no destroyed key left in any file.
+
+After the purge has deleted key rows, their bytes are still in three places
+the server holds: dead tuples in the partitions' files, the WAL segments that
+logged the INSERTs (and full-page images of the pages holding the keys), and,
+if WAL is recycled, old segments renamed for reuse with their contents. This
+module removes all three and *verifies* it before reporting complete:
+
+1. **Horizon.** VACUUM FULL keeps dead rows that a transaction older than the
+   deletion may still see. Before rewriting, it waits (briefly) until no such
+   transaction exists anywhere in the cluster: sessions of this database
+   (snapshot or xid), transactions holding an xid in *any* database (every new
+   snapshot, VACUUM's own included, treats them as running), prepared
+   transactions, standbys' feedback and replication slots.
+2. **Rewrite.** `VACUUM (FULL, VERBOSE)` of the partitions the purge deleted
+   from, under a `lock_timeout`: a session holding a lock on a partition makes
+   compaction give up and stay pending rather than queue every key read and
+   write behind it. The server's own report ("N dead row versions cannot be
+   removed yet") is the verification: anything but 0 leaves it pending.
+3. **WAL.** With `wal_recycle = off`, segments the server no longer needs are
+   unlinked, not renamed with their contents. The purge records the highest
+   segment present after the rewrite; every segment up to that one may hold
+   destroyed keys. When it may (superuser, or EXECUTE on pg_switch_wal and the
+   pg_checkpoint role), it switches the insert position past that segment and
+   runs CHECKPOINT, which removes older segments; the checkpoint runs in a
+   thread of its own, which the caller waits for only briefly and which marks
+   the compaction complete when it ends. Complete only when
+   `pg_ls_waldir()` (pg_monitor) shows none of them left. What keeps them
+   (archiving, replication slots, wal_keep_size, wal_recycle, privileges) is
+   reported as the reason compaction is pending; a later run re-checks.
+
+The state lives in `<schema>.key_compaction`, so every process (and the HTTP
+route) sees why a compaction is pending. See docs/deletion.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg import errors, sql
+from psycopg_pool import ConnectionPool
+
+from turnledger.infra import wal
+
+logger = logging.getLogger("turnledger.purge")
+
+# How long a purge waits for the CHECKPOINT that removes old WAL segments
+# before returning "pending" (the checkpoint then completes it by itself).
+DEFAULT_CHECKPOINT_WAIT_SECONDS = 0.2
+
+# How long VACUUM FULL may wait for a partition's lock before compaction gives
+# up (every key read and write of that partition queues behind it meanwhile).
+DEFAULT_LOCK_TIMEOUT_MS = 200
+
+_LEADING_COUNT = re.compile(r"^\s*(\d+)")
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionOutcome:
+    """Whether compaction is complete, and what holds it if not."""
+
+    complete: bool
+    holds: tuple[str, ...] = ()
+
+
+class KeyCompaction:
+    """Rewrites destroyed keys out of a schema's key partitions and the WAL."""
+
+    def __init__(self, pool: ConnectionPool[Any], conninfo: str, schema: str) -> None:
+        self._pool = pool
+        self._conninfo = conninfo
+        self._tracking = sql.Identifier(schema, "key_purge_tracking")
+        self._state = sql.Identifier(schema, "key_compaction")
+        self._schema = schema
+        self._state_ready = False
+        self._finishing = threading.RLock()
+        self._checkpointer: threading.Thread | None = None
+
+    def run(
+        self,
+        application_name: str,
+        *,
+        horizon_wait_seconds: float,
+        lock_timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS,
+        checkpoint_wait_seconds: float = DEFAULT_CHECKPOINT_WAIT_SECONDS,
+    ) -> CompactionOutcome:
+        self._ensure_state_table()
+        with self._pool.connection() as connection:
+            row = connection.execute(
+                sql.SQL(
+                    "SELECT destroyed_id, destroyed_xid, dirty_partitions FROM {} "
+                    "WHERE application_name = %s"
+                ).format(self._tracking),
+                (application_name,),
+            ).fetchone()
+        if row is None:
+            return CompactionOutcome(complete=False, holds=("nothing purged yet",))
+        destroyed_id, destroyed_xid, dirty = row
+        with psycopg.connect(self._conninfo, autocommit=True) as connection:
+            if dirty:
+                holds = self._rewrite(
+                    connection,
+                    application_name=application_name,
+                    destroyed_id=destroyed_id,
+                    destroyed_xid=destroyed_xid,
+                    partitions=dirty,
+                    horizon_wait_seconds=horizon_wait_seconds,
+                    lock_timeout_ms=lock_timeout_ms,
+                )
+                if holds:
+                    return self._pending(connection, application_name, holds)
+            else:
+                # A deletion that found no key rows wrote no key bytes anywhere.
+                self._record_rewrite(connection, application_name, destroyed_id, None)
+            target = self._wal_target(connection, application_name)
+            holds = self._clear_wal(
+                connection, application_name, target, checkpoint_wait_seconds
+            )
+            if holds:
+                return self._pending(connection, application_name, holds)
+            return self._finish(connection, application_name, target)
+
+    def _finish(
+        self,
+        connection: psycopg.Connection[Any],
+        application_name: str,
+        verified_segment: str | None,
+    ) -> CompactionOutcome:
+        """Mark compaction complete: files rewritten, WAL verified clear.
+
+        Only if nothing changed since the verification: no deletion since the
+        rewrite, and the WAL to clear still ends at `verified_segment` (a
+        rewrite meanwhile, here or in another process, moves it on).
+        """
+        with self._finishing:
+            marked = connection.execute(
+                sql.SQL(
+                    "UPDATE {tracking} t SET compacted_id = t.destroyed_id "
+                    "FROM {state} s WHERE t.application_name = %(name)s "
+                    "AND s.application_name = t.application_name "
+                    "AND s.rewritten_id = t.destroyed_id "
+                    "AND s.wal_segment IS NOT DISTINCT FROM %(segment)s "
+                    "AND t.dirty_partitions = '{{}}'"
+                ).format(tracking=self._tracking, state=self._state),
+                {"name": application_name, "segment": verified_segment},
+            ).rowcount
+            if marked != 1:
+                # Keys were destroyed meanwhile: the next run covers them.
+                return self._pending(
+                    connection, application_name, ("new deletions since the rewrite",)
+                )
+            self._set_holds(connection, application_name, ())
+        return CompactionOutcome(complete=True)
+
+    def holds(self, application_name: str) -> tuple[str, ...]:
+        """Why the last compaction attempt stayed pending (empty if it did not)."""
+        self._ensure_state_table()
+        with self._pool.connection() as connection:
+            row = connection.execute(
+                sql.SQL("SELECT holds FROM {} WHERE application_name = %s").format(
+                    self._state
+                ),
+                (application_name,),
+            ).fetchone()
+        return () if row is None else tuple(row[0])
+
+    # The rewrite ------------------------------------------------------------
+
+    def _rewrite(
+        self,
+        connection: psycopg.Connection[Any],
+        *,
+        application_name: str,
+        destroyed_id: int,
+        destroyed_xid: object,
+        partitions: Collection[str],
+        horizon_wait_seconds: float,
+        lock_timeout_ms: int,
+    ) -> tuple[str, ...]:
+        if destroyed_xid is not None:
+            holders = wait_for_horizon(
+                connection, destroyed_xid, timeout_seconds=horizon_wait_seconds
+            )
+            if holders:
+                return tuple(f"older transaction: {h}" for h in holders)
+        kept: dict[str, int] = {}
+        counts: list[int] = []
+
+        def collect(diagnostic: psycopg.errors.Diagnostic) -> None:
+            # VACUUM (FULL, VERBOSE) reports '"schema.partition": found R
+            # removable, N nonremovable row versions in P pages' with the
+            # detail 'D dead row versions cannot be removed yet. CPU: ...'.
+            # Only the detail's leading count is read: the wording is
+            # translated with lc_messages, the count stays first.
+            counted = _LEADING_COUNT.match(diagnostic.message_detail or "")
+            if counted:
+                counts.append(int(counted[1]))
+
+        connection.add_notice_handler(collect)
+        connection.execute(
+            sql.SQL("SET lock_timeout = {}").format(sql.Literal(f"{lock_timeout_ms}ms"))
+        )
+        try:
+            for relname in sorted(partitions):
+                counts.clear()
+                connection.execute(
+                    sql.SQL("VACUUM (FULL, VERBOSE) {}").format(
+                        sql.Identifier(self._schema, relname)
+                    )
+                )
+                if counts:
+                    kept[relname] = max(counts)
+        except errors.LockNotAvailable:
+            return (
+                f"lock: another session holds a lock on a key partition "
+                f"(waited {lock_timeout_ms} ms)",
+            )
+        finally:
+            connection.execute("RESET lock_timeout")
+            connection.remove_notice_handler(collect)
+        unverified = sorted(set(partitions) - set(kept))
+        if unverified:
+            return (f"rewrite not verified: no report from VACUUM for {unverified}",)
+        dead = {relname: count for relname, count in kept.items() if count}
+        if dead:
+            return tuple(
+                f"older transaction: VACUUM FULL kept {count} dead row(s) of {name}"
+                for name, count in sorted(dead.items())
+            )
+        highest = wal.highest_segment(connection)
+        cleared = connection.execute(
+            sql.SQL(
+                "UPDATE {} SET dirty_partitions = '{{}}' "
+                "WHERE application_name = %s AND destroyed_id = %s"
+            ).format(self._tracking),
+            (application_name, destroyed_id),
+        ).rowcount
+        if cleared != 1:
+            return ("new deletions during the rewrite",)
+        self._record_rewrite(connection, application_name, destroyed_id, highest)
+        return ()
+
+    def _record_rewrite(
+        self,
+        connection: psycopg.Connection[Any],
+        application_name: str,
+        destroyed_id: int,
+        highest_segment: str | None,
+    ) -> None:
+        # The WAL up to `wal_segment` may hold destroyed keys: it only grows.
+        connection.execute(
+            sql.SQL(
+                "INSERT INTO {} AS s (application_name, rewritten_id, wal_segment) "
+                "VALUES (%(name)s, %(id)s, %(segment)s) "
+                "ON CONFLICT (application_name) DO UPDATE SET "
+                "rewritten_id = GREATEST(s.rewritten_id, EXCLUDED.rewritten_id), "
+                "wal_segment = GREATEST(s.wal_segment, EXCLUDED.wal_segment)"
+            ).format(self._state),
+            {"name": application_name, "id": destroyed_id, "segment": highest_segment},
+        )
+
+    # The WAL ----------------------------------------------------------------
+
+    def _wal_target(
+        self, connection: psycopg.Connection[Any], application_name: str
+    ) -> str | None:
+        """The last WAL segment that may hold destroyed keys (None: none may)."""
+        row = connection.execute(
+            sql.SQL("SELECT wal_segment FROM {} WHERE application_name = %s").format(
+                self._state
+            ),
+            (application_name,),
+        ).fetchone()
+        return None if row is None or row[0] is None else str(row[0])
+
+    def _clear_wal(
+        self,
+        connection: psycopg.Connection[Any],
+        application_name: str,
+        target: str | None,
+        checkpoint_wait_seconds: float,
+    ) -> tuple[str, ...]:
+        if target is None:
+            return ()
+        privileges = wal.wal_privileges(connection)
+        if not privileges.can_list:
+            return (
+                "WAL retention: cannot list pg_wal to verify it (grant pg_monitor)",
+            )
+        config = wal.wal_retention_settings(connection)
+        checkpointing = False
+        if (
+            not config
+            and privileges.can_force
+            and wal.segments_up_to(connection, target)
+        ):
+            wal.move_past(connection, target)
+            checkpointing = not self._checkpoint(
+                application_name, target, checkpoint_wait_seconds
+            )
+        remaining = wal.segments_up_to(connection, target)
+        # Recycled segments keep their bytes under new names, and archived ones
+        # outside pg_wal: with either, an empty listing proves nothing.
+        unverifiable = [
+            hold for hold in config if hold.startswith(("wal_recycle", "archive_mode"))
+        ]
+        if not remaining and not unverifiable:
+            return ()
+        holds = list(config)
+        if remaining and checkpointing:
+            holds.append(
+                "a CHECKPOINT is removing the segments; it completes in the background"
+            )
+        elif remaining:
+            holds.append(
+                f"{len(remaining)} segment(s) up to {target} still in pg_wal"
+                f" (oldest {remaining[0]})"
+            )
+            if not privileges.can_force:
+                holds.append(
+                    "no privilege to force them out: needs superuser, or EXECUTE "
+                    "on pg_switch_wal() and the pg_checkpoint role"
+                )
+            holds.extend(wal.slot_holds(connection, target))
+        return tuple(f"WAL retention: {hold}" for hold in holds)
+
+    def _checkpoint(
+        self, application_name: str, target: str, wait_seconds: float
+    ) -> bool:
+        """CHECKPOINT (which removes the old segments); True if done in time.
+
+        A checkpoint writes every dirty buffer of the cluster and may take
+        seconds: the caller (a deletion) waits `wait_seconds` at most, and the
+        checkpoint completes the compaction when it ends.
+        """
+        with self._finishing:
+            thread = self._checkpointer
+            if thread is None or not thread.is_alive():
+                thread = self._checkpointer = threading.Thread(
+                    target=self._checkpoint_and_finish,
+                    args=(application_name, target),
+                    name="turnledger-wal-checkpoint",
+                    daemon=True,
+                )
+                thread.start()
+        thread.join(wait_seconds)
+        return not thread.is_alive()
+
+    def _checkpoint_and_finish(self, application_name: str, target: str) -> None:
+        try:
+            with psycopg.connect(self._conninfo, autocommit=True) as connection:
+                connection.execute("CHECKPOINT")
+                if wal.segments_up_to(connection, target):
+                    # A checkpoint already under way when ours was requested
+                    # may have finished first; the next starts after our switch.
+                    connection.execute("CHECKPOINT")
+                if wal.segments_up_to(connection, target):
+                    return  # held after all: the next run says by what
+                if wal.wal_retention_settings(connection):
+                    return
+                self._finish(connection, application_name, target)
+        except psycopg.Error as error:
+            logger.warning("WAL checkpoint of the purge failed (%s); retried", error)
+
+    # State ------------------------------------------------------------------
+
+    def _pending(
+        self,
+        connection: psycopg.Connection[Any],
+        application_name: str,
+        holds: tuple[str, ...],
+    ) -> CompactionOutcome:
+        self._set_holds(connection, application_name, holds)
+        return CompactionOutcome(complete=False, holds=holds)
+
+    def _set_holds(
+        self,
+        connection: psycopg.Connection[Any],
+        application_name: str,
+        holds: tuple[str, ...],
+    ) -> None:
+        connection.execute(
+            sql.SQL(
+                "INSERT INTO {} AS s"
+                " (application_name, rewritten_id, holds, checked_at)"
+                " VALUES (%(name)s, 0, %(holds)s, now()) "
+                "ON CONFLICT (application_name) DO UPDATE SET "
+                "holds = EXCLUDED.holds, checked_at = EXCLUDED.checked_at"
+            ).format(self._state),
+            {"name": application_name, "holds": list(holds)},
+        )
+
+    def _ensure_state_table(self) -> None:
+        if self._state_ready:
+            return
+        with self._pool.connection() as connection:
+            connection.execute(
+                sql.SQL(
+                    "CREATE TABLE IF NOT EXISTS {} ("
+                    " application_name text PRIMARY KEY,"
+                    " rewritten_id bigint NOT NULL,"  # last destroyed_id rewritten
+                    " wal_segment text,"  # WAL up to here may hold destroyed keys
+                    " holds text[] NOT NULL DEFAULT '{{}}',"  # why still pending
+                    " checked_at timestamptz)"
+                ).format(self._state)
+            )
+        self._state_ready = True
+
+
+# Horizon ----------------------------------------------------------------------
+
+# Who may still see rows deleted by transaction %(xid)s, so VACUUM FULL must
+# keep them: sessions of this database whose snapshot or xid is not newer;
+# sessions of any database holding an older xid (every snapshot taken now,
+# VACUUM's own included, treats that xid as running); prepared transactions;
+# standbys' hot_standby_feedback; replication slots. backend_xid and
+# backend_xmin are shown to every role. The rewrite's own report catches
+# anything this misses.
+OLDER_TRANSACTIONS = """
+SELECT format('session %%s in database %%s (%%s, since %%s)', pid,
+              coalesce(datname, '-'), coalesce(state, '-'),
+              coalesce(xact_start::text, '-'))
+FROM pg_stat_activity
+WHERE pid <> pg_backend_pid()
+  AND (age(backend_xid) >= age(xid(%(xid)s::xid8))
+       OR (datname = current_database()
+           AND age(backend_xmin) >= age(xid(%(xid)s::xid8))))
+UNION ALL
+SELECT format('prepared transaction %%s in database %%s', gid, database)
+FROM pg_prepared_xacts WHERE age(transaction) >= age(xid(%(xid)s::xid8))
+UNION ALL
+SELECT format('standby %%s (hot_standby_feedback)',
+              coalesce(application_name, pid::text))
+FROM pg_stat_replication WHERE age(backend_xmin) >= age(xid(%(xid)s::xid8))
+UNION ALL
+SELECT format('replication slot %%s', slot_name) FROM pg_replication_slots
+WHERE greatest(coalesce(age(xmin), 0), coalesce(age(catalog_xmin), 0))
+      >= age(xid(%(xid)s::xid8))
+"""
+
+
+def wait_for_horizon(
+    connection: psycopg.Connection[Any],
+    destroyed_xid: object,
+    *,
+    timeout_seconds: float,
+) -> list[str]:
+    """Wait until nothing older than `destroyed_xid` runs; else who still does."""
+    deadline = time.monotonic() + timeout_seconds
+    while True:
+        holders = [
+            str(row[0])
+            for row in connection.execute(
+                OLDER_TRANSACTIONS, {"xid": destroyed_xid}
+            ).fetchall()
+        ]
+        if not holders or time.monotonic() >= deadline:
+            return holders
+        time.sleep(0.05)

@@ -1,0 +1,153 @@
+"""The WAL of a PostgreSQL server, as far as a purge must know it.
+
+Which settings keep old segments (or their bytes) after a purge, whether the
+role may list, switch and checkpoint, which segment files exist, and how to
+move the insert position past a given segment. See infra/compaction.py and
+docs/deletion.md.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg import errors
+
+# Server settings under which compaction can remove destroyed keys from the WAL
+# (applied by scripts/postgres-up and docker-compose.yml; all are reloadable).
+WAL_SETTINGS = {
+    # Removed segments are unlinked, not renamed for reuse with old contents.
+    "wal_recycle": "off",
+    # New segments are written with zeros, not left with whatever the disk held.
+    "wal_init_zero": "on",
+    # Few spare segments, and no WAL kept beyond what recovery needs.
+    "min_wal_size": "32MB",
+    "wal_keep_size": "0",
+}
+
+_SEGMENT = re.compile(r"^[0-9A-F]{24}(\.partial)?$")
+
+
+@dataclass(frozen=True, slots=True)
+class WalPrivileges:
+    can_list: bool
+    can_force: bool
+
+
+def wal_privileges(connection: psycopg.Connection[Any]) -> WalPrivileges:
+    row = connection.execute(
+        "SELECT r.rolsuper,"
+        " has_function_privilege('pg_ls_waldir()', 'EXECUTE'),"
+        " has_function_privilege('pg_switch_wal()', 'EXECUTE'),"
+        " pg_has_role('pg_checkpoint', 'MEMBER')"
+        " FROM pg_roles r WHERE r.rolname = current_user"
+    ).fetchone()
+    assert row is not None
+    superuser, can_list, can_switch, can_checkpoint = (bool(value) for value in row)
+    return WalPrivileges(
+        can_list=superuser or can_list,
+        can_force=superuser or (can_switch and can_checkpoint),
+    )
+
+
+def wal_retention_settings(connection: psycopg.Connection[Any]) -> list[str]:
+    """Server settings that keep WAL segments (or their bytes) after a purge."""
+    row = connection.execute(
+        "SELECT current_setting('wal_recycle'), current_setting('archive_mode'),"
+        " pg_size_bytes(current_setting('wal_keep_size')),"
+        " current_setting('wal_keep_size'),"
+        " (SELECT count(*) FROM pg_replication_slots WHERE restart_lsn IS NOT NULL)"
+    ).fetchone()
+    assert row is not None
+    recycle, archive_mode, keep_bytes, keep_size, slots = row
+    holds = []
+    if recycle == "on":
+        holds.append(
+            "wal_recycle=on (old segments are renamed for reuse with their contents)"
+        )
+    if archive_mode != "off":
+        holds.append(
+            f"archive_mode={archive_mode} (archived segments keep destroyed keys "
+            "for as long as the archive keeps them)"
+        )
+    if keep_bytes:
+        holds.append(f"wal_keep_size={keep_size}")
+    if slots:
+        holds.append(f"{slots} replication slot(s) retain WAL")
+    return holds
+
+
+def server_check(conninfo: str) -> list[str]:
+    """What keeps this server from removing destroyed keys from its WAL.
+
+    For the start-up check: an empty list means the purge can complete.
+    """
+    with psycopg.connect(conninfo, autocommit=True) as connection:
+        findings = wal_retention_settings(connection)
+        privileges = wal_privileges(connection)
+    if not privileges.can_list:
+        findings.append("cannot list pg_wal to verify a purge (grant pg_monitor)")
+    if not privileges.can_force:
+        findings.append(
+            "cannot force WAL segments out (needs superuser, or EXECUTE on "
+            "pg_switch_wal() and the pg_checkpoint role): a purge completes only "
+            "once the server's own checkpoints have removed them"
+        )
+    return findings
+
+
+def segments(connection: psycopg.Connection[Any]) -> list[str]:
+    names = [
+        str(row[0])
+        for row in connection.execute("SELECT name FROM pg_ls_waldir()").fetchall()
+    ]
+    return sorted(name for name in names if _SEGMENT.match(name))
+
+
+def highest_segment(connection: psycopg.Connection[Any]) -> str:
+    """The last segment file that exists now, or the one being written.
+
+    Files named beyond the one being written are pre-allocated, or were
+    recycled (renamed) while wal_recycle was on and hold older WAL: both count.
+    """
+    current = current_segment(connection)
+    try:
+        existing = segments(connection)
+    except errors.InsufficientPrivilege:
+        existing = []
+    return max([current, *(name[:24] for name in existing)])
+
+
+def current_segment(connection: psycopg.Connection[Any]) -> str:
+    # +1: at a segment boundary pg_walfile_name names the previous segment.
+    row = connection.execute(
+        "SELECT pg_walfile_name(pg_current_wal_insert_lsn() + 1)"
+    ).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def segments_up_to(connection: psycopg.Connection[Any], target: str) -> list[str]:
+    return [name for name in segments(connection) if name[:24] <= target]
+
+
+def move_past(connection: psycopg.Connection[Any], target: str) -> None:
+    """Switch WAL segments until the insert position is beyond `target`."""
+    for _ in range(64):  # far more segments than min_wal_size keeps around
+        if current_segment(connection) > target:
+            return
+        # pg_switch_wal() does nothing in a segment with no record yet: write
+        # one (the commit of a transaction that was given an id).
+        connection.execute("SELECT pg_current_xact_id()")
+        connection.execute("SELECT pg_switch_wal()")
+
+
+def slot_holds(connection: psycopg.Connection[Any], target: str) -> list[str]:
+    rows = connection.execute(
+        "SELECT slot_name, pg_walfile_name(restart_lsn) FROM pg_replication_slots "
+        "WHERE restart_lsn IS NOT NULL AND pg_walfile_name(restart_lsn) <= %s",
+        (target,),
+    ).fetchall()
+    return [f"replication slot {name} needs WAL from {seg}" for name, seg in rows]
