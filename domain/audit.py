@@ -314,16 +314,41 @@ class Auditor:
                     else f"state is {_shown(state)}, not bytes"
                 )
                 item.rows.append(
-                    ChainRow(version, "", "", "", problem, error_kind=MALFORMED)
+                    ChainRow(
+                        version,
+                        "",
+                        "",
+                        "",
+                        problem,
+                        error_kind=MALFORMED,
+                        notification_id=row.notification_id,
+                    )
                 )
                 continue
             try:
                 previous, recorded, computed = raw_link(
                     item.identity, version, topic, state
                 )
-                item.rows.append(ChainRow(version, previous, recorded, computed))
+                item.rows.append(
+                    ChainRow(
+                        version,
+                        previous,
+                        recorded,
+                        computed,
+                        notification_id=row.notification_id,
+                    )
+                )
             except ChainFormatError as error:
-                item.rows.append(ChainRow(version, "", "", "", str(error)))
+                item.rows.append(
+                    ChainRow(
+                        version,
+                        "",
+                        "",
+                        "",
+                        str(error),
+                        notification_id=row.notification_id,
+                    )
+                )
             if topic in decode_wanted or (
                 topic == CONFIRMED_TOPIC and _HAS_RECEIPT in state
             ):

@@ -193,6 +193,7 @@ class ChainRow(NamedTuple):
     computed: str
     seal_error: str | None = None
     error_kind: str = UNSEALED
+    notification_id: int | None = None
 
 
 def check_chain(conversation_id: UUID, rows: Iterable[ChainRow]) -> list[Finding]:
@@ -213,6 +214,7 @@ def check_chain(conversation_id: UUID, rows: Iterable[ChainRow]) -> list[Finding
                     conversation_id,
                     expected_version,
                     f"version(s) {missing} absent: events were removed",
+                    row.notification_id,
                 )
             )
         expected_version = row.version + 1
@@ -223,6 +225,7 @@ def check_chain(conversation_id: UUID, rows: Iterable[ChainRow]) -> list[Finding
                     conversation_id,
                     row.version,
                     row.seal_error or "no seal",
+                    row.notification_id,
                 )
             )
             head = None
@@ -235,6 +238,7 @@ def check_chain(conversation_id: UUID, rows: Iterable[ChainRow]) -> list[Finding
                     row.version,
                     "stored bytes do not match the event's digest: the event was "
                     "altered (or moved from another conversation or version)",
+                    row.notification_id,
                 )
             )
         if head is not None and row.previous != head:
@@ -245,6 +249,7 @@ def check_chain(conversation_id: UUID, rows: Iterable[ChainRow]) -> list[Finding
                     row.version,
                     "does not follow the stored event before it: events were removed, "
                     "inserted or reordered",
+                    row.notification_id,
                 )
             )
         head = row.recorded

@@ -110,6 +110,14 @@ class Settings(BaseSettings):
     # Conversations the service keeps in memory between requests (0: none).
     http_aggregate_cache_size: NonNegativeInt = 1000
 
+    # Transparency-log checkpoints (docs/transparency.md). The Ed25519 key that
+    # signs them: base64 of its 32 private bytes, or a PKCS#8 PEM; never stored
+    # in the database. An auditor who holds only the public key (base64 of 32
+    # bytes) sets audit_public_key to pin it.
+    audit_signing_key: SecretStr | None = None
+    audit_signing_key_file: Path | None = None
+    audit_public_key: str | None = None
+
     @model_validator(mode="after")
     def _check_cross_field_rules(self) -> Self:
         if self.master_key is not None and self.master_key_file is not None:
