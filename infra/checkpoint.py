@@ -368,10 +368,14 @@ def _fields(checkpoint: Checkpoint) -> dict[str, Any]:
 def _event_json(data: bytes) -> dict[str, Any]:
     facts = read_leaf_input(data)
     assert facts is not None
+
+    def number(text: str) -> int | str:
+        return int(text) if text.lstrip("-").isdigit() else text
+
     return {
         "originator_id": facts.conversation,
-        "originator_version": facts.version,
-        "notification_id": facts.notification_id,
+        "originator_version": number(facts.version),
+        "notification_id": number(facts.notification_id),
         "leaf_input": data.hex(),
     }
 
@@ -421,6 +425,7 @@ def prove_event(
         "leaf_index": position,
         "event": {
             **_event_json(data),
+            "topic": row.topic if isinstance(row.topic, str) else None,
             "state_sha256": hashlib.sha256(_state_bytes(row.state)).hexdigest(),
         },
         "leaf_hash": leaf.hex(),
