@@ -256,12 +256,14 @@ class Auditor:
         zero) becomes a finding at that row; the rest of the log is still read.
         """
         decode_wanted = (STARTED_TOPIC, DELETED_TOPIC)
-        leaves = self.leaves
+        if self.leaves is not None:
+            # The transparency log's leaves, in the same read of the rows.
+            self.leaves.extend(map(row_leaf, page))
+            self.leaf_positions.extend(row[0] for row in page)
         for row in page:
-            if leaves is not None:
-                leaves.append(row_leaf(row))
-                self.leaf_positions.append(row.notification_id)
-            conversation_id = self._conversation_of(row.originator_id)
+            conversation_id: Any = row.originator_id
+            if conversation_id.__class__ is not UUID:
+                conversation_id = self._conversation_of(conversation_id)
             if conversation_id is None:
                 self.log_findings.append(
                     Finding(

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 Coordinate = tuple[int, int]
 """(level, index) of a complete subtree; level 0 is a leaf hash."""
@@ -216,8 +216,7 @@ def verify_consistency(
     return last == 0 and old_result == old_root and new_result == new_root
 
 
-@dataclass(frozen=True, slots=True)
-class Node:
+class Node(NamedTuple):
     """A complete subtree's hash and where it sits."""
 
     level: int
@@ -267,6 +266,16 @@ class Frontier:
         self._hashes.append(current)
         self.size += 1
         return created
+
+    def push(self, leaf: bytes) -> None:
+        """`append` without reporting the nodes: for computing a root only."""
+        hashes = self._hashes
+        index = self.size
+        while index & 1:
+            leaf = node_hash(hashes.pop(), leaf)
+            index >>= 1
+        hashes.append(leaf)
+        self.size += 1
 
     def root(self) -> bytes:
         return fold(self._hashes) if self._hashes else EMPTY_ROOT

@@ -42,7 +42,6 @@ from turnledger.domain.findings import (
 )
 from turnledger.domain.merkle import (
     Frontier,
-    MerkleTree,
     consistency_proof,
     inclusion_proof,
     leaf_hash,
@@ -58,7 +57,12 @@ from turnledger.domain.transparency import (
     leaf_input,
     read_leaf_input,
 )
-from turnledger.infra.merkle_store import LeafStore, follow, open_leaf_store
+from turnledger.infra.merkle_store import (
+    Followed,
+    LeafStore,
+    follow,
+    open_leaf_store,
+)
 from turnledger.infra.raw_log import open_raw_log
 from turnledger.infra.settings import Settings
 
@@ -276,13 +280,18 @@ def read_leaves_file(directory: Path, count: int | None = None) -> list[bytes]:
     return [data[at : at + 32] for at in range(0, len(data) - len(data) % 32, 32)]
 
 
-def _append_leaves_file(directory: Path, store: LeafStore, size: int) -> None:
-    """Bring leaves.bin up to `size` leaves, from the tree cache."""
+def _append_leaves_file(directory: Path, store: LeafStore, followed: Followed) -> None:
+    """Bring leaves.bin up to the tree's size: the leaves just followed, or
+    (a new directory, a crash between two writes) from the tree cache."""
     path = directory / LEAVES_FILE
+    size = followed.frontier.size
     have = path.stat().st_size // 32 if path.exists() else 0
     with path.open("ab") as handle:
         handle.truncate(have * 32)  # a torn record from a crash
         handle.seek(have * 32)
+        if have >= followed.first_new:
+            handle.write(b"".join(followed.new_leaves[have - followed.first_new :]))
+            have = size
         step = 10_000
         for start in range(have, size, step):
             inputs = store.leaf_inputs(start, min(size, start + step))
@@ -304,62 +313,88 @@ class LogInconsistentError(CheckpointError):
     """Raised when the log no longer extends the newest checkpoint in a directory."""
 
 
-def write_checkpoint(
-    ledger: Conversations | None, settings: Settings, out_dir: Path
-) -> Checkpoint:
-    """Follow the log, then sign and write a checkpoint of it into `out_dir`.
+class CheckpointWriter:
+    """Writes checkpoints of one store into one directory, keeping connections.
 
-    Refuses (LogInconsistentError) when the tree no longer extends the newest
-    checkpoint already there: a checkpoint writer is also a monitor. For the
-    serve process to call periodically; costs O(k log n) for k new events.
+    For the serve process: build one, call `write()` periodically, `close()`
+    at shutdown. Each write follows the log (O(k log n) for k new events),
+    refuses (LogInconsistentError) when the tree no longer extends the newest
+    checkpoint in the directory, so a checkpoint writer is also a monitor,
+    then appends leaves.bin and signs.
     """
-    key = signing_key(settings)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        previous = newest_checkpoint(out_dir, key.public_key())
-    except CheckpointError:
-        if checkpoint_files(out_dir):
+
+    def __init__(
+        self, ledger: Conversations | None, settings: Settings, out_dir: Path
+    ) -> None:
+        self._key = signing_key(settings)
+        self._settings = settings
+        self._out_dir = out_dir
+        out_dir.mkdir(parents=True, exist_ok=True)
+        self._previous = self._newest()
+        self._log = open_raw_log(settings, ledger)
+        try:
+            self._store = open_leaf_store(settings, ledger)
+        except BaseException:
+            self._log.close()
             raise
-        previous = None
-    log = open_raw_log(settings, ledger)
-    store = open_leaf_store(settings, ledger)
-    try:
-        size = follow(log, store)
-        if previous is not None and not _extends(previous, size, store):
+
+    def _newest(self) -> Checkpoint | None:
+        if not checkpoint_files(self._out_dir):
+            return None
+        return newest_checkpoint(self._out_dir, self._key.public_key())
+
+    def write(self) -> Checkpoint:
+        followed = follow(self._log, self._store)
+        size = followed.frontier.size
+        previous = self._previous
+        if previous is not None and not _extends(previous, size, self._store):
             raise LogInconsistentError(
                 f"the log of {size} events does not extend checkpoint "
                 f"{previous.path} ({previous.tree_size} events): run "
-                f"`turnledger audit --checkpoint {out_dir}` to locate the change"
+                f"`turnledger audit --checkpoint {self._out_dir}` to locate the change"
             )
-        tree_root = Frontier.load(size, store.read_nodes).root()
-        _append_leaves_file(out_dir, store, size)
+        tree_root = followed.frontier.root()
+        _append_leaves_file(self._out_dir, self._store, followed)
+        timestamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        origin = store_origin(self._settings)
+        message = signed_message(origin, size, tree_root.hex(), timestamp)
+        path = (
+            self._out_dir / f"checkpoint-{size:015d}-{timestamp.replace(':', '')}.json"
+        )
+        checkpoint = Checkpoint(
+            origin=origin,
+            tree_size=size,
+            root_hash=tree_root,
+            timestamp=timestamp,
+            public_key=_public_bytes(self._key.public_key()),
+            signature=self._key.sign(message),
+            path=path,
+        )
+        _write_atomically(path, json.dumps(checkpoint.to_json(), indent=2) + "\n")
+        self._previous = checkpoint
+        return checkpoint
+
+    def close(self) -> None:
+        self._log.close()
+        if self._settings.persistence != "memory":
+            self._store.close()
+
+
+def write_checkpoint(
+    ledger: Conversations | None, settings: Settings, out_dir: Path
+) -> Checkpoint:
+    """Follow the log, then sign and write one checkpoint of it into `out_dir`."""
+    writer = CheckpointWriter(ledger, settings, out_dir)
+    try:
+        return writer.write()
     finally:
-        log.close()
-        if settings.persistence != "memory":
-            store.close()
-    timestamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    origin = store_origin(settings)
-    checkpoint = Checkpoint(
-        origin=origin,
-        tree_size=size,
-        root_hash=tree_root,
-        timestamp=timestamp,
-        public_key=_public_bytes(key.public_key()),
-        signature=key.sign(signed_message(origin, size, tree_root.hex(), timestamp)),
-    )
-    path = out_dir / f"checkpoint-{size:015d}-{timestamp.replace(':', '')}.json"
-    _write_atomically(path, json.dumps(checkpoint.to_json(), indent=2) + "\n")
-    return Checkpoint(**{**_fields(checkpoint), "path": path})
+        writer.close()
 
 
 def _extends(previous: Checkpoint, size: int, store: LeafStore) -> bool:
     return previous.tree_size <= size and (
         root(previous.tree_size, store.read_nodes) == previous.root_hash
     )
-
-
-def _fields(checkpoint: Checkpoint) -> dict[str, Any]:
-    return {name: getattr(checkpoint, name) for name in Checkpoint.__slots__}
 
 
 # Proofs ------------------------------------------------------------------------
@@ -454,7 +489,7 @@ def prove_consistency(
     log = open_raw_log(settings, ledger)
     store = open_leaf_store(settings, ledger)
     try:
-        size = follow(log, store)
+        size = follow(log, store).frontier.size
         if new.tree_size > size:
             raise CheckpointError(
                 f"the new checkpoint has {new.tree_size} events, the log {size}"
@@ -508,6 +543,14 @@ def _finding(kind: str, facts: LeafFacts | None, detail: str) -> Finding:
     return Finding(kind, _conversation(facts), _version(facts), detail, notification_id)
 
 
+def _root_of(leaves: Sequence[bytes], size: int) -> bytes:
+    frontier = Frontier()
+    push = frontier.push
+    for position in range(size):
+        push(leaves[position])
+    return frontier.root()
+
+
 def _reference(
     checkpoint: Checkpoint, directory: Path | None, store: LeafStore | None
 ) -> tuple[list[bytes], dict[int, LeafFacts], str] | None:
@@ -528,7 +571,7 @@ def _reference(
         candidates.append((read_leaves_file(directory, size), LEAVES_FILE))
     candidates.append(([leaf_hash(data) for data in inputs], "the tree cache"))
     for leaves, source in candidates:
-        if len(leaves) == size and MerkleTree(leaves).root() == checkpoint.root_hash:
+        if len(leaves) == size and _root_of(leaves, size) == checkpoint.root_hash:
             facts: dict[int, LeafFacts] = {}
             for position, data in enumerate(inputs[:size]):
                 if leaf_hash(data) == leaves[position]:
@@ -550,7 +593,7 @@ def compare_with_checkpoint(
 ) -> list[Finding]:
     """Findings if the log (its leaves, in order) does not extend the checkpoint."""
     size = checkpoint.tree_size
-    if len(leaves) >= size and MerkleTree(leaves[:size]).root() == checkpoint.root_hash:
+    if len(leaves) >= size and _root_of(leaves, size) == checkpoint.root_hash:
         return []
     findings = [
         Finding(

@@ -24,6 +24,7 @@ import threading
 import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -77,22 +78,40 @@ class LeafStore(Protocol):
     def close(self) -> None: ...
 
 
-def follow(log: RawLog, store: LeafStore, *, page_size: int = FOLLOW_PAGE) -> int:
-    """Append every row after the tree's last one; return the tree's size."""
+@dataclass(slots=True)
+class Followed:
+    """Where a follow left the tree, and the leaf hashes it appended."""
+
+    frontier: Frontier
+    first_new: int
+    new_leaves: list[bytes]
+
+
+def follow(log: RawLog, store: LeafStore, *, page_size: int = FOLLOW_PAGE) -> Followed:
+    """Append every row after the tree's last one, a page per transaction."""
+    followed: Followed | None = None
     while True:
         with store.writing() as writer:
             size, last_id = writer.tracking()
+            if followed is None or followed.frontier.size != size:
+                # First page, or another follower moved the tree meanwhile.
+                frontier = Frontier.load(size, writer.read_nodes)
+                followed = Followed(frontier, size, [])
             page = log.rows(last_id, page_size)
             if not page:
-                return size
-            frontier = Frontier.load(size, writer.read_nodes)
+                return followed
+            frontier = followed.frontier
             nodes: list[Node] = []
             leaves: list[tuple[int, int, bytes]] = []
             for row in page:
                 data = leaf_input(row)
+                leaf = leaf_hash(data)
                 leaves.append((frontier.size, row.notification_id, data))
-                nodes.extend(frontier.append(leaf_hash(data)))
+                followed.new_leaves.append(leaf)
+                nodes.extend(frontier.append(leaf))
             writer.append(nodes, leaves, frontier.size, page[-1].notification_id)
+        if len(page) < page_size:
+            return followed
 
 
 def _checked(

@@ -90,8 +90,10 @@ class PostgresRawLog:
         ).format(self._table)
 
     def _read(self, statement: sql.Composed, params: tuple[Any, ...]) -> list[RawRow]:
-        rows = self._connection.execute(statement, params).fetchall()
-        return [RawRow(*row) for row in rows]
+        # Binary results: bytea arrives as bytes, not hex text to parse.
+        with self._connection.cursor(binary=True) as cursor:
+            rows = cursor.execute(statement, params).fetchall()
+        return list(map(RawRow._make, rows))
 
     def rows(self, after: int | None, limit: int) -> list[RawRow]:
         if after is None:
