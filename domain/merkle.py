@@ -217,10 +217,10 @@ def verify_consistency(
 
 
 class Node(NamedTuple):
-    """A complete subtree's hash and where it sits."""
+    """A complete subtree's hash; `offset` is its index within its level."""
 
     level: int
-    index: int
+    offset: int
     hash: bytes
 
 

@@ -158,7 +158,7 @@ class _SQLiteWriter:
     ) -> None:
         self._connection.executemany(
             "INSERT INTO merkle_nodes VALUES (?, ?, ?)",
-            [(n.level, n.index, n.hash) for n in nodes],
+            [(n.level, n.offset, n.hash) for n in nodes],
         )
         self._connection.executemany(
             "INSERT INTO merkle_leaves VALUES (?, ?, ?)", leaves
@@ -281,7 +281,7 @@ class _PostgresWriter:
         )
         with self._cursor.copy(copy_nodes) as copy:
             for node in nodes:
-                copy.write_row((node.level, node.index, node.hash))
+                copy.write_row((node.level, node.offset, node.hash))
         copy_leaves = sql.SQL(
             "COPY {} (position, notification_id, leaf_input) FROM STDIN"
         ).format(tables["leaves"])
@@ -403,7 +403,7 @@ class MemoryLeafStore:
         last_id: int,
     ) -> None:
         for node in nodes:
-            self._nodes[(node.level, node.index)] = node.hash
+            self._nodes[(node.level, node.offset)] = node.hash
         for position, notification_id, data in leaves:
             self._leaves.append((notification_id, data))
             self._positions[notification_id] = position
