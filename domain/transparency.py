@@ -63,7 +63,11 @@ class RawLog(Protocol):
 
 
 def pages(log: RawLog, page_size: int) -> Iterator[Sequence[RawRow]]:
-    """The whole log, page by page."""
+    """The whole log, page by page (through `log.pages` if it reads ahead)."""
+    read_ahead = getattr(log, "pages", None)
+    if read_ahead is not None:
+        yield from read_ahead(page_size)
+        return
     after: int | None = None
     while True:
         page = log.rows(after, page_size)

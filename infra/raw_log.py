@@ -11,6 +11,9 @@ is opened read-only, PostgreSQL in a read-only transaction.
 from __future__ import annotations
 
 import sqlite3
+import threading
+from collections.abc import Iterator
+from queue import Empty, Queue
 from typing import Any
 from uuid import UUID
 
@@ -105,6 +108,46 @@ class PostgresRawLog:
             + sql.SQL("WHERE notification_id > %s ORDER BY notification_id LIMIT %s"),
             (after, limit),
         )
+
+    def pages(self, page_size: int) -> Iterator[list[RawRow]]:
+        """The whole log, the next page read while the caller works on this one.
+
+        The server and the network work while the caller hashes (PostgreSQL
+        runs in its own process); one query at a time on the connection.
+        """
+        queue: Queue[list[RawRow] | BaseException | None] = Queue(maxsize=2)
+        stop = threading.Event()
+
+        def read() -> None:
+            after: int | None = None
+            try:
+                while not stop.is_set():
+                    page = self.rows(after, page_size)
+                    queue.put(page or None)
+                    if not page:
+                        return
+                    after = page[-1].notification_id
+            except BaseException as error:  # noqa: BLE001 - handed to the caller
+                queue.put(error)
+
+        reader = threading.Thread(target=read, name="raw-log-prefetch", daemon=True)
+        reader.start()
+        try:
+            while True:
+                item = queue.get()
+                if item is None:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            stop.set()
+            while reader.is_alive():  # let a blocked put finish, then the thread
+                try:
+                    queue.get(timeout=0.05)
+                except Empty:
+                    continue
+            reader.join()
 
     def rows_of(self, conversation_id: UUID) -> list[RawRow]:
         return self._read(

@@ -117,6 +117,9 @@ class Settings(BaseSettings):
     audit_signing_key: SecretStr | None = None
     audit_signing_key_file: Path | None = None
     audit_public_key: str | None = None
+    # Where the service writes checkpoints, and how often (unset: it writes none).
+    audit_checkpoint_dir: Path | None = None
+    audit_checkpoint_interval_seconds: PositiveFloat = 60.0
 
     @model_validator(mode="after")
     def _check_cross_field_rules(self) -> Self:
