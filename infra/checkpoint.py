@@ -556,28 +556,30 @@ def _reference(
 ) -> tuple[list[bytes], dict[int, LeafFacts], str] | None:
     """The checkpoint's own leaves, from a copy whose root is the signed root.
 
-    leaves.bin (outside the database) first, then the tree cache. Facts are
-    kept only for leaves whose stored input hashes to the authenticated leaf.
+    leaves.bin (outside the database) first, then the tree cache. A leaf
+    hash binds the row's identity, so any cached leaf input that hashes to an
+    authenticated leaf names that leaf's event, wherever the cache keeps it.
     """
     size = checkpoint.tree_size
     inputs: list[bytes] = []
     if store is not None:
         try:
-            inputs = store.leaf_inputs(0, size)
-        except Exception:  # noqa: BLE001 - an altered cache is no reference
+            inputs = store.leaf_inputs(0, 2**62)
+        except Exception:  # noqa: BLE001 - an unreadable cache is no reference
             inputs = []
+    by_hash = {leaf_hash(data): data for data in inputs}
     candidates: list[tuple[list[bytes], str]] = []
     if directory is not None:
         candidates.append((read_leaves_file(directory, size), LEAVES_FILE))
-    candidates.append(([leaf_hash(data) for data in inputs], "the tree cache"))
+    candidates.append(([leaf_hash(data) for data in inputs[:size]], "the tree cache"))
     for leaves, source in candidates:
         if len(leaves) == size and _root_of(leaves, size) == checkpoint.root_hash:
             facts: dict[int, LeafFacts] = {}
-            for position, data in enumerate(inputs[:size]):
-                if leaf_hash(data) == leaves[position]:
-                    fact = read_leaf_input(data)
-                    if fact is not None:
-                        facts[position] = fact
+            for position, leaf in enumerate(leaves):
+                data = by_hash.get(leaf)
+                fact = None if data is None else read_leaf_input(data)
+                if fact is not None:
+                    facts[position] = fact
             return leaves, facts, source
     return None
 
@@ -650,6 +652,17 @@ def compare_with_checkpoint(
         )
         return findings
     findings.extend(_classify(leaves, notification_ids, size, expected, facts, current))
+    if len(facts) < size:
+        findings.append(
+            Finding(
+                CHECKPOINT_MISMATCH,
+                None,
+                None,
+                f"{size - len(facts)} of the checkpoint's events cannot be named (the "
+                "tree cache no longer holds their leaf inputs): differences among "
+                "them are counted in the root, not listed",
+            )
+        )
     return findings
 
 
