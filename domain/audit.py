@@ -150,6 +150,7 @@ class Auditor:
         self.ledger = ledger
         self.raw_log: RawLog = raw_log or RecorderLog(ledger.recorder)
         self._ids: dict[str, UUID] = {}
+        self._by_int: dict[int, _Collected] = {}
         # Set `leaves` to a list to collect every row's transparency-log leaf
         # hash (and `leaf_positions` its notification id) in the same pass.
         self.leaves: list[bytes] | None = None
@@ -179,6 +180,7 @@ class Auditor:
         events were removed, an anchor beyond the end of the log can.
         """
         collected: dict[UUID, _Collected] = {}
+        self._by_int = {}
         self.log_findings = []
         for page in self._pages(conversation_id):
             self._collect_page(collected, page)
@@ -260,6 +262,7 @@ class Auditor:
             # The transparency log's leaves, in the same read of the rows.
             self.leaves.extend(map(row_leaf, page))
             self.leaf_positions.extend(row[0] for row in page)
+        by_int = self._by_int
         for row in page:
             conversation_id: Any = row.originator_id
             if conversation_id.__class__ is not UUID:
@@ -276,10 +279,13 @@ class Auditor:
                     )
                 )
                 continue
-            item = collected.get(conversation_id)
+            # By the id's integer: UUID's own hash and == run in Python.
+            item = by_int.get(conversation_id.int)
             if item is None:
-                item = collected[conversation_id] = _Collected(
-                    ConversationAudit(conversation_id), conversation_id.bytes
+                item = collected[conversation_id] = by_int[conversation_id.int] = (
+                    _Collected(
+                        ConversationAudit(conversation_id), conversation_id.bytes
+                    )
                 )
             version: Any = row.version
             if version.__class__ is not int:

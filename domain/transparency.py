@@ -140,41 +140,43 @@ def cell(value: Any, *, uuid_text: bool = False) -> bytes:
 
 _TOPIC_CELLS: dict[str, bytes] = {}
 _UUID = UUID
-_MIN, _MAX = -(2**63), 2**63 - 1
+_LEAF_U = LEAF_TAG + b"u"
+_sha256 = hashlib.sha256
 
 
 def leaf_input(row: RawRow) -> bytes:
     notification_id, originator_id, version, topic, state = row
     # The audit's inner loop: the common shape of a row, without the general
-    # dispatch of `cell` (which gives the same bytes).
+    # dispatch of `cell` (which gives the same bytes; to_bytes refuses a
+    # number beyond 64 bits, which `cell` then tags).
     if (
         originator_id.__class__ is _UUID
         and version.__class__ is int
         and notification_id.__class__ is int
         and state.__class__ is bytes
         and topic.__class__ is str
-        and _MIN <= version <= _MAX
-        and _MIN <= notification_id <= _MAX
     ):
         topic_cell = _TOPIC_CELLS.get(topic)
         if topic_cell is None:
             topic_cell = cell(topic)
             if len(_TOPIC_CELLS) < 1000:  # a few topics exist; stay bounded anyway
                 _TOPIC_CELLS[topic] = topic_cell
-        return b"".join(
-            (
-                LEAF_TAG,
-                b"u",
-                originator_id.bytes,
-                b"i",
-                version.to_bytes(8, "big", signed=True),
-                b"i",
-                notification_id.to_bytes(8, "big", signed=True),
-                topic_cell,
-                b"b",
-                hashlib.sha256(state).digest(),
+        try:
+            return b"".join(
+                (
+                    _LEAF_U,
+                    originator_id.int.to_bytes(16, "big"),
+                    b"i",
+                    version.to_bytes(8, "big", signed=True),
+                    b"i",
+                    notification_id.to_bytes(8, "big", signed=True),
+                    topic_cell,
+                    b"b",
+                    _sha256(state).digest(),
+                )
             )
-        )
+        except OverflowError:
+            pass
     return b"".join(
         (
             LEAF_TAG,
@@ -190,9 +192,6 @@ def leaf_input(row: RawRow) -> bytes:
 def row_leaf(row: RawRow) -> bytes:
     """The leaf hash of one stored row."""
     return _sha256(b"\x00" + leaf_input(row)).digest()
-
-
-_sha256 = hashlib.sha256
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,12 @@ finding names) and its position (`merkle_tracking`) in one transaction per
 page, so a crash leaves the tree at a page boundary, never half a page.
 Appending k leaves costs O(k log n) hashes; a proof reads O(log n) nodes.
 
+Why not the library's `Projection` with a `TrackingRecorder`: a projection
+receives decoded domain events, and a leaf must be the row's raw cells (a row
+that does not decode, or that the recorder would skip, still needs its leaf).
+The follower keeps the same discipline instead: rows and tracking position
+in one transaction, resumable from the tracked position.
+
 These tables live where the DBA can reach them: they are a cache that makes
 proofs and checkpoints cheap, never evidence. The audit recomputes every leaf
 from the stored rows and compares the result with a signed checkpoint kept
