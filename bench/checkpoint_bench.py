@@ -56,12 +56,12 @@ from turnledger.domain.merkle import (  # noqa: E402
 )
 from turnledger.infra.checkpoint import (  # noqa: E402
     CheckpointWriter,
-    new_signing_key,
     write_checkpoint,
 )
 from turnledger.infra.merkle_store import open_leaf_store  # noqa: E402
 from turnledger.infra.persistence import open_conversations  # noqa: E402
 from turnledger.infra.settings import Settings  # noqa: E402
+from turnledger.infra.signing import new_signing_key  # noqa: E402
 from turnledger.infra.transparency_audit import audit_store  # noqa: E402
 from turnledger.infra.vault import new_master_key  # noqa: E402
 

@@ -140,7 +140,8 @@ def run_audit(arguments: argparse.Namespace) -> int:
 
 
 def _audit(arguments: argparse.Namespace, console: Console) -> AuditReport:
-    from turnledger.infra.checkpoint import newest_checkpoint, trusted_public_key
+    from turnledger.infra.checkpoint import newest_checkpoint
+    from turnledger.infra.signing import trusted_public_key
 
     settings = Settings()
     anchors: dict[UUID, Anchor] = {}

@@ -326,6 +326,9 @@ class PostgresLeafStore:
             self._connection.transaction(),
             self._connection.cursor() as cursor,
         ):
+            # The tree is a cache rebuilt from the log: a commit lost in a crash
+            # is followed again, so it need not wait for the WAL flush.
+            cursor.execute("SET LOCAL synchronous_commit = off")
             yield _PostgresWriter(self, cursor)
 
     def nodes_with(

@@ -16,15 +16,12 @@ from uuid import UUID
 from turnledger.domain.application import Conversations
 from turnledger.domain.audit import Anchor, Auditor, AuditReport
 from turnledger.domain.transparency import pages, row_leaf
-from turnledger.infra.checkpoint import (
-    Checkpoint,
-    compare_with_checkpoint,
-    newest_checkpoint,
-    trusted_public_key,
-)
+from turnledger.infra.checkpoint import Checkpoint, newest_checkpoint
+from turnledger.infra.checkpoint_compare import compare_with_checkpoint
 from turnledger.infra.merkle_store import open_leaf_store
 from turnledger.infra.raw_log import open_raw_log
 from turnledger.infra.settings import Settings
+from turnledger.infra.signing import trusted_public_key
 
 Progress = Callable[[str, int], AbstractContextManager[Callable[[int], None]]]
 

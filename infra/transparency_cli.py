@@ -20,15 +20,13 @@ from turnledger.domain.errors import TurnLedgerError
 from turnledger.infra.audit_cli import EXIT_CANNOT_RUN, EXIT_INTEGRITY, _uuid
 from turnledger.infra.checkpoint import (
     LogInconsistentError,
-    new_signing_key,
     newest_checkpoint,
-    prove_consistency,
-    prove_event,
     read_checkpoint,
-    trusted_public_key,
     write_checkpoint,
 )
+from turnledger.infra.proofs import prove_consistency, prove_event
 from turnledger.infra.settings import Settings
+from turnledger.infra.signing import new_signing_key, trusted_public_key
 
 
 def register(subparsers: Any) -> None:

@@ -27,11 +27,12 @@ from turnledger.domain.findings import (
     LOG_TRUNCATED,
     MALFORMED,
 )
-from turnledger.infra.checkpoint import new_signing_key, write_checkpoint
+from turnledger.infra.checkpoint import write_checkpoint
 from turnledger.infra.cli import main
 from turnledger.infra.persistence import open_conversations
 from turnledger.infra.raw_log import open_raw_log
 from turnledger.infra.settings import Settings
+from turnledger.infra.signing import new_signing_key
 from turnledger.infra.transparency_audit import audit_against_checkpoint
 
 SQL_STORES = pytest.mark.parametrize(

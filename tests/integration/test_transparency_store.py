@@ -19,15 +19,14 @@ from turnledger.domain.merkle import (
 from turnledger.domain.transparency import pages, row_leaf
 from turnledger.infra.checkpoint import (
     CheckpointWriter,
-    new_signing_key,
-    prove_consistency,
-    prove_event,
     read_checkpoint,
     read_leaves_file,
 )
 from turnledger.infra.merkle_store import follow, open_leaf_store
+from turnledger.infra.proofs import prove_consistency, prove_event
 from turnledger.infra.raw_log import open_raw_log
 from turnledger.infra.settings import Settings
+from turnledger.infra.signing import new_signing_key
 from turnledger.infra.transparency_audit import audit_against_checkpoint
 
 
