@@ -4,7 +4,10 @@ The chain pass reads raw stored rows (the notification log, or one
 conversation's events) and needs no keys: it checks that versions run 1..n
 without gaps, that each event's digest matches its stored bytes, that each
 event links to the digest of the stored event before it, and that heads
-recorded elsewhere (anchors) are still there. The receipt pass replays each
+recorded elsewhere (anchors) are still there. A cell the ledger never writes
+(NULL, a wrong type, a position at or below zero) is a `malformed` finding at
+its row, never an exception; with `leaves` set, the same read computes every
+row's transparency-log leaf (docs/transparency.md). The receipt pass replays each
 conversation from its events alone (never from a snapshot, which the chain
 does not cover) to the version a receipt names, applies the receipt's policy
 again with the turn's own question, and compares the body's length and
