@@ -14,7 +14,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import logging
 import os
+import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -40,6 +42,8 @@ from turnledger.infra.merkle_store import (
 from turnledger.infra.raw_log import open_raw_log
 from turnledger.infra.settings import Settings
 from turnledger.infra.signing import public_bytes, signing_key
+
+_log = logging.getLogger("turnledger.checkpoint")
 
 CHECKPOINT_FORMAT = "turnledger-checkpoint/v1"
 LEAVES_FILE = "leaves.bin"
@@ -230,7 +234,9 @@ class CheckpointWriter:
             return None
         return newest_checkpoint(self._out_dir, self._key.public_key())
 
-    def write(self) -> Checkpoint:
+    def write(self, *, skip_unchanged: bool = False) -> Checkpoint:
+        """Sign the log as it is now; with `skip_unchanged`, return the newest
+        checkpoint instead when no event was added since it."""
         followed = follow(self._log, self._store)
         size = followed.frontier.size
         previous = self._previous
@@ -240,6 +246,8 @@ class CheckpointWriter:
                 f"{previous.path} ({previous.tree_size} events): run "
                 f"`turnledger audit --checkpoint {self._out_dir}` to locate the change"
             )
+        if skip_unchanged and previous is not None and previous.tree_size == size:
+            return previous
         tree_root = followed.frontier.root()
         _append_leaves_file(self._out_dir, self._store, followed)
         timestamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -282,3 +290,31 @@ def _extends(previous: Checkpoint, size: int, store: LeafStore) -> bool:
     return previous.tree_size <= size and (
         root(previous.tree_size, store.read_nodes) == previous.root_hash
     )
+
+
+def checkpoint_periodically(
+    ledger: Conversations | None, settings: Settings, stop: threading.Event
+) -> None:
+    """Write a checkpoint into TURNLEDGER_AUDIT_CHECKPOINT_DIR every
+    TURNLEDGER_AUDIT_CHECKPOINT_INTERVAL_SECONDS until `stop` is set; a round
+    that finds no new event writes nothing.
+
+    For the service, in a thread of its own. A refused checkpoint (the log no
+    longer extends the last one) is logged as an error on every round and
+    never overwritten: the evidence stays as it was.
+    """
+    if settings.audit_checkpoint_dir is None:
+        return
+    writer = CheckpointWriter(ledger, settings, settings.audit_checkpoint_dir)
+    try:
+        while True:
+            try:
+                writer.write(skip_unchanged=True)
+            except LogInconsistentError as error:
+                _log.error("checkpoint refused: %s", error)
+            except Exception:  # noqa: BLE001 - keep serving; try again next round
+                _log.exception("checkpoint failed")
+            if stop.wait(settings.audit_checkpoint_interval_seconds):
+                return
+    finally:
+        writer.close()

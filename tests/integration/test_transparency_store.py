@@ -132,3 +132,47 @@ def test_prove_names_what_it_cannot_prove(
     assert "no stored event at version 9" in captured.err
     assert "newer than the checkpoint" in captured.err
     assert "Traceback" not in captured.err
+
+
+@pytest.mark.parametrize("settings", ["sqlite"], indirect=True)
+def test_the_service_loop_writes_checkpoints_until_stopped(
+    settings: Settings, open_ledger: Callable[[], Conversations], tmp_path: Path
+) -> None:
+    import threading
+
+    from turnledger.infra.checkpoint import checkpoint_files, checkpoint_periodically
+
+    settings = _signed(settings).model_copy(
+        update={
+            "audit_checkpoint_dir": tmp_path / "cp",
+            "audit_checkpoint_interval_seconds": 0.05,
+        }
+    )
+    ledger = open_ledger()
+    run_turns(ledger, "alice", turns=1)
+    stop = threading.Event()
+    loop = threading.Thread(
+        target=checkpoint_periodically, args=(None, settings, stop), daemon=True
+    )
+    loop.start()
+    try:
+        for _ in range(200):
+            if len(checkpoint_files(tmp_path / "cp")) >= 1:
+                break
+            threading.Event().wait(0.05)
+        run_turns(ledger, "bob", turns=1)
+        for _ in range(200):
+            sizes = {
+                read_checkpoint(p).tree_size for p in checkpoint_files(tmp_path / "cp")
+            }
+            if 4 in sizes:
+                break
+            threading.Event().wait(0.05)
+    finally:
+        stop.set()
+        loop.join(timeout=10)
+    assert not loop.is_alive()
+    assert {2, 4} <= sizes
+    # Idle rounds write nothing: one checkpoint per size seen.
+    files = checkpoint_files(tmp_path / "cp")
+    assert len(files) == len({read_checkpoint(p).tree_size for p in files})
