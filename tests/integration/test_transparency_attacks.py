@@ -7,6 +7,7 @@ the event. The hash chain alone misses the re-sealed edits (checked too).
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -83,6 +84,7 @@ def cli_audit(out: Path, report: Path, capsys: pytest.CaptureFixture[str]) -> An
     )
     captured = capsys.readouterr()
     assert "Traceback" not in captured.out + captured.err
+    assert code in (0, 1), captured.err
     return code, captured.out, json.loads(report.read_text())
 
 
@@ -344,3 +346,72 @@ def test_bad_checkpoint_or_key_cannot_run_exit_2(
 
 def _ids(values: list[UUID]) -> list[str]:
     return [str(v) for v in values]
+
+
+@SQL_STORES
+def test_an_auditor_pins_the_public_key_or_is_told_it_did_not(
+    store: dict[str, Any],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from turnledger.infra.signing import signing_key
+
+    public = store["checkpoint"].to_json()["public_key"]
+    assert (
+        public
+        == base64.b64encode(
+            signing_key(store["settings"]).public_key().public_bytes_raw()
+        ).decode()
+    )
+    monkeypatch.delenv("TURNLEDGER_AUDIT_SIGNING_KEY")
+    code, out, _ = cli_audit(store["out"], tmp_path / "r.json", capsys)
+    assert code == 0 and "no audit key configured" in out
+    monkeypatch.setenv("TURNLEDGER_AUDIT_PUBLIC_KEY", public)
+    code, out, _ = cli_audit(store["out"], tmp_path / "r.json", capsys)
+    assert code == 0 and "no audit key configured" not in out
+    other = base64.b64encode(
+        signing_key(
+            store["settings"].model_copy(
+                update={"audit_signing_key": SecretStr(new_signing_key())}
+            )
+        )
+        .public_key()
+        .public_bytes_raw()
+    ).decode()
+    monkeypatch.setenv("TURNLEDGER_AUDIT_PUBLIC_KEY", other)
+    assert main(["audit", "--checkpoint", str(store["out"])]) == 2
+    assert "not by the configured audit key" in capsys.readouterr().err
+
+
+@SQL_STORES
+def test_the_audit_creates_no_tree_cache_and_proofs_refuse_a_changed_event(
+    store: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    settings: Settings = store["settings"]
+    _drop_tree_cache(settings)
+    code, _, _ = cli_audit(store["out"], tmp_path / "r.json", capsys)
+    assert code == 0  # leaves.bin and the rows suffice
+    if settings.persistence == "sqlite":
+        assert not (settings.data_dir / "merkle.sqlite3").exists()
+    else:
+        import psycopg
+
+        with psycopg.connect(settings.postgres_conninfo()) as connection:
+            found = connection.execute(
+                "SELECT count(*) FROM pg_tables WHERE schemaname = %s "
+                "AND tablename LIKE 'merkle%%'",
+                (settings.postgres_schema,),
+            ).fetchone()
+        assert found == (0,)
+    store["forger"].rewrite(store["bob"], b'"owner_id":"bob"', b'"owner_id":"eve"')
+    prove = [
+        "prove",
+        "event",
+        str(store["bob"]),
+        "1",
+        "--checkpoint",
+        str(store["out"]),
+    ]
+    assert main(prove) == 1
+    assert "integrity failure" in capsys.readouterr().err

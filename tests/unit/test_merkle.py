@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 from uuid import UUID
 
 from hypothesis import given, settings
@@ -170,3 +171,38 @@ def test_a_leaf_binds_every_cell_of_the_row() -> None:
     )
     for variant in variants:
         assert read_leaf_input(leaf_input(variant)) is not None
+
+
+def test_the_signing_key_is_read_as_base64_or_pem_and_never_guessed(
+    tmp_path: Path,
+) -> None:
+    import pytest
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from pydantic import SecretStr
+
+    from turnledger.domain.errors import CheckpointError
+    from turnledger.infra.settings import Settings
+    from turnledger.infra.signing import signing_key
+
+    key = Ed25519PrivateKey.generate()
+    pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    (tmp_path / "key.pem").write_bytes(pem)
+    base = Settings(_env_file=None, persistence="memory")
+    from_file = base.model_copy(update={"audit_signing_key_file": tmp_path / "key.pem"})
+    assert (
+        signing_key(from_file).public_key().public_bytes_raw()
+        == key.public_key().public_bytes_raw()
+    )
+    for broken in (
+        base,
+        base.model_copy(update={"audit_signing_key": SecretStr("c2hvcnQ=")}),
+        base.model_copy(update={"audit_signing_key_file": tmp_path / "missing"}),
+        from_file.model_copy(update={"audit_signing_key": SecretStr("x")}),
+    ):
+        with pytest.raises(CheckpointError):
+            signing_key(broken)
