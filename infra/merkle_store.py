@@ -58,11 +58,12 @@ class TreeWriter(Protocol):
     def append(
         self,
         nodes: Sequence[Node],
-        leaves: Sequence[tuple[int, int, bytes]],
+        leaves: Sequence[tuple[int, int, bytes, bytes]],
         size: int,
         last_id: int,
     ) -> None:
-        """Store new nodes and (position, notification id, leaf input) rows."""
+        """Store new nodes (level 1 up) and (position, notification id, leaf
+        input, leaf hash) rows."""
         ...
 
 
@@ -108,13 +109,14 @@ def follow(log: RawLog, store: LeafStore, *, page_size: int = FOLLOW_PAGE) -> Fo
                 return followed
             frontier = followed.frontier
             nodes: list[Node] = []
-            leaves: list[tuple[int, int, bytes]] = []
+            leaves: list[tuple[int, int, bytes, bytes]] = []
             for row in page:
                 data = leaf_input(row)
                 leaf = leaf_hash(data)
-                leaves.append((frontier.size, row.notification_id, data))
+                leaves.append((frontier.size, row.notification_id, data, leaf))
                 followed.new_leaves.append(leaf)
-                nodes.extend(frontier.append(leaf))
+                # Leaf hashes are kept with their leaves: nodes from level 1.
+                nodes.extend(frontier.append(leaf)[1:])
             writer.append(nodes, leaves, frontier.size, page[-1].notification_id)
         if len(page) < page_size:
             return followed
@@ -135,7 +137,8 @@ _SQLITE_SCHEMA = [
     "CREATE TABLE IF NOT EXISTS merkle_nodes (level INTEGER NOT NULL, "
     "idx INTEGER NOT NULL, hash BLOB NOT NULL, PRIMARY KEY (level, idx)) WITHOUT ROWID",
     "CREATE TABLE IF NOT EXISTS merkle_leaves (position INTEGER PRIMARY KEY, "
-    "notification_id INTEGER NOT NULL UNIQUE, leaf_input BLOB NOT NULL)",
+    "notification_id INTEGER NOT NULL UNIQUE, leaf_input BLOB NOT NULL, "
+    "leaf_hash BLOB NOT NULL)",
     "CREATE TABLE IF NOT EXISTS merkle_tracking (id INTEGER PRIMARY KEY "
     "CHECK (id = 1), size INTEGER NOT NULL, notification_id INTEGER)",
     "INSERT OR IGNORE INTO merkle_tracking VALUES (1, 0, NULL)",
@@ -158,7 +161,7 @@ class _SQLiteWriter:
     def append(
         self,
         nodes: Sequence[Node],
-        leaves: Sequence[tuple[int, int, bytes]],
+        leaves: Sequence[tuple[int, int, bytes, bytes]],
         size: int,
         last_id: int,
     ) -> None:
@@ -167,7 +170,7 @@ class _SQLiteWriter:
             [(n.level, n.offset, n.hash) for n in nodes],
         )
         self._connection.executemany(
-            "INSERT INTO merkle_leaves VALUES (?, ?, ?)", leaves
+            "INSERT INTO merkle_leaves VALUES (?, ?, ?, ?)", leaves
         )
         self._connection.execute(
             "UPDATE merkle_tracking SET size = ?, notification_id = ? WHERE id = 1",
@@ -180,9 +183,16 @@ def _sqlite_nodes(
 ) -> list[bytes]:
     found: dict[Coordinate, bytes] = {}
     for level, index in dict.fromkeys(coordinates):
-        row = connection.execute(
-            "SELECT hash FROM merkle_nodes WHERE level = ? AND idx = ?", (level, index)
-        ).fetchone()
+        row = (
+            connection.execute(
+                "SELECT hash FROM merkle_nodes WHERE level = ? AND idx = ?",
+                (level, index),
+            ).fetchone()
+            if level
+            else connection.execute(
+                "SELECT leaf_hash FROM merkle_leaves WHERE position = ?", (index,)
+            ).fetchone()
+        )
         if row is not None:
             found[(level, index)] = bytes(row[0])
     return _checked(coordinates, found)
@@ -249,7 +259,8 @@ _POSTGRES_SCHEMA = [
     "CREATE TABLE IF NOT EXISTS {nodes} (level smallint NOT NULL, idx bigint NOT NULL, "
     "hash bytea NOT NULL, PRIMARY KEY (level, idx))",
     "CREATE TABLE IF NOT EXISTS {leaves} (position bigint PRIMARY KEY, "
-    "notification_id bigint NOT NULL UNIQUE, leaf_input bytea NOT NULL)",
+    "notification_id bigint NOT NULL UNIQUE, leaf_input bytea NOT NULL, "
+    "leaf_hash bytea NOT NULL)",
     "CREATE TABLE IF NOT EXISTS {tracking} (id integer PRIMARY KEY CHECK (id = 1), "
     "size bigint NOT NULL, notification_id bigint)",
     "INSERT INTO {tracking} VALUES (1, 0, NULL) ON CONFLICT DO NOTHING",
@@ -277,7 +288,7 @@ class _PostgresWriter:
     def append(
         self,
         nodes: Sequence[Node],
-        leaves: Sequence[tuple[int, int, bytes]],
+        leaves: Sequence[tuple[int, int, bytes, bytes]],
         size: int,
         last_id: int,
     ) -> None:
@@ -289,7 +300,7 @@ class _PostgresWriter:
             for node in nodes:
                 copy.write_row((node.level, node.offset, node.hash))
         copy_leaves = sql.SQL(
-            "COPY {} (position, notification_id, leaf_input) FROM STDIN"
+            "COPY {} (position, notification_id, leaf_input, leaf_hash) FROM STDIN"
         ).format(tables["leaves"])
         with self._cursor.copy(copy_leaves) as copy:
             for leaf in leaves:
@@ -336,14 +347,27 @@ class PostgresLeafStore:
     ) -> list[bytes]:
         if not coordinates:
             return []
-        rows = cursor.execute(
-            sql.SQL(
-                "SELECT level, idx, hash FROM {} WHERE (level, idx) IN "
-                "(SELECT * FROM unnest(%s::smallint[], %s::bigint[]))"
-            ).format(self.tables["nodes"]),
-            ([c[0] for c in coordinates], [c[1] for c in coordinates]),
-        ).fetchall()
-        return _checked(coordinates, {(r[0], r[1]): bytes(r[2]) for r in rows})
+        found: dict[Coordinate, bytes] = {}
+        positions = [index for level, index in coordinates if level == 0]
+        if positions:
+            rows = cursor.execute(
+                sql.SQL(
+                    "SELECT position, leaf_hash FROM {} WHERE position = ANY(%s)"
+                ).format(self.tables["leaves"]),
+                (positions,),
+            ).fetchall()
+            found.update({(0, r[0]): bytes(r[1]) for r in rows})
+        upper = [c for c in coordinates if c[0]]
+        if upper:
+            rows = cursor.execute(
+                sql.SQL(
+                    "SELECT level, idx, hash FROM {} WHERE (level, idx) IN "
+                    "(SELECT * FROM unnest(%s::smallint[], %s::bigint[]))"
+                ).format(self.tables["nodes"]),
+                ([c[0] for c in upper], [c[1] for c in upper]),
+            ).fetchall()
+            found.update({(r[0], r[1]): bytes(r[2]) for r in rows})
+        return _checked(coordinates, found)
 
     def size(self) -> int:
         with self._lock:
@@ -407,14 +431,15 @@ class MemoryLeafStore:
     def append(
         self,
         nodes: Sequence[Node],
-        leaves: Sequence[tuple[int, int, bytes]],
+        leaves: Sequence[tuple[int, int, bytes, bytes]],
         size: int,
         last_id: int,
     ) -> None:
         for node in nodes:
             self._nodes[(node.level, node.offset)] = node.hash
-        for position, notification_id, data in leaves:
+        for position, notification_id, data, leaf in leaves:
             self._leaves.append((notification_id, data))
+            self._nodes[(0, position)] = leaf
             self._positions[notification_id] = position
         self._last_id = last_id
 

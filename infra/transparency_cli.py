@@ -17,6 +17,7 @@ from typing import Any
 import psycopg
 
 from turnledger.domain.errors import TurnLedgerError
+from turnledger.domain.merkle import ProofError
 from turnledger.infra.audit_cli import EXIT_CANNOT_RUN, EXIT_INTEGRITY, _uuid
 from turnledger.infra.checkpoint import (
     LogInconsistentError,
@@ -66,7 +67,13 @@ def guarded(action: Callable[[], int]) -> int:
     except LogInconsistentError as error:
         print(f"turnledger: integrity failure: {error}", file=sys.stderr)
         return EXIT_INTEGRITY
-    except (TurnLedgerError, OSError, psycopg.Error, sqlite3.Error) as error:
+    except (
+        TurnLedgerError,
+        ProofError,
+        OSError,
+        psycopg.Error,
+        sqlite3.Error,
+    ) as error:
         print(f"turnledger: could not run: {error}", file=sys.stderr)
         return EXIT_CANNOT_RUN
 
