@@ -230,9 +230,13 @@ class CheckpointWriter:
             raise
 
     def _newest(self) -> Checkpoint | None:
-        if not checkpoint_files(self._out_dir):
+        files = checkpoint_files(self._out_dir)
+        if not files:
             return None
-        return newest_checkpoint(self._out_dir, self._key.public_key())
+        # Names sort by size, then time (zero-padded): the last is the newest
+        # this key wrote. A file there that this key did not sign stops the
+        # writer (CheckpointError) rather than being built upon.
+        return read_checkpoint(files[-1], self._key.public_key())
 
     def write(self, *, skip_unchanged: bool = False) -> Checkpoint:
         """Sign the log as it is now; with `skip_unchanged`, return the newest

@@ -40,7 +40,6 @@ from psycopg import sql
 from turnledger.domain.application import Conversations
 from turnledger.domain.merkle import Coordinate, Frontier, Node, ProofError, leaf_hash
 from turnledger.domain.transparency import RawLog, leaf_input
-from turnledger.infra.postgres import ensure_schema
 from turnledger.infra.settings import Settings
 
 FOLLOW_PAGE = 5000
@@ -315,20 +314,27 @@ class _PostgresWriter:
 
 class PostgresLeafStore:
     def __init__(self, conninfo: str, schema: str, *, create: bool = True) -> None:
-        if create:
-            ensure_schema(conninfo, schema)
         self.tables = {
             name: sql.Identifier(schema, f"merkle_{name}")
             for name in ("nodes", "leaves", "tracking")
         }
         self._connection = psycopg.connect(conninfo, autocommit=True)
         self._lock = threading.Lock()
-        if create:
+        if not create:
+            self._connection.read_only = True
+            return
+        exists = self._connection.execute(
+            "SELECT to_regclass(%s)", (f'"{schema}".merkle_tracking',)
+        ).fetchone()
+        if exists is None or exists[0] is None:  # DDL only the first time
             with self._connection.transaction():
+                self._connection.execute(
+                    sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(
+                        sql.Identifier(schema)
+                    )
+                )
                 for statement in _POSTGRES_SCHEMA:
                     self._connection.execute(sql.SQL(statement).format(**self.tables))
-        else:
-            self._connection.read_only = True
 
     @contextmanager
     def writing(self) -> Iterator[_PostgresWriter]:
