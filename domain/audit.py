@@ -266,22 +266,23 @@ class Auditor:
             self.leaves.extend(map(row_leaf, page))
             self.leaf_positions.extend(row[0] for row in page)
         by_int = self._by_int
-        for row in page:
-            conversation_id: Any = row.originator_id
+        malformed = MALFORMED
+        for notification_id, conversation_id, version, topic, state in page:
             if conversation_id.__class__ is not UUID:
-                conversation_id = self._conversation_of(conversation_id)
-            if conversation_id is None:
-                self.log_findings.append(
-                    Finding(
-                        MALFORMED,
-                        None,
-                        row.version if row.version.__class__ is int else None,
-                        f"originator id {_shown(row.originator_id)} is not a "
-                        "conversation id: the row belongs to no conversation",
-                        row.notification_id,
+                originator_id = conversation_id
+                conversation_id = self._conversation_of(originator_id)
+                if conversation_id is None:
+                    self.log_findings.append(
+                        Finding(
+                            malformed,
+                            None,
+                            version if version.__class__ is int else None,
+                            f"originator id {_shown(originator_id)} is not a "
+                            "conversation id: the row belongs to no conversation",
+                            notification_id,
+                        )
                     )
-                )
-                continue
+                    continue
             # By the id's integer: UUID's own hash and == run in Python.
             item = by_int.get(conversation_id.int)
             if item is None:
@@ -290,32 +291,29 @@ class Auditor:
                         ConversationAudit(conversation_id), conversation_id.bytes
                     )
                 )
-            version: Any = row.version
             if version.__class__ is not int:
                 item.audit.findings.append(
                     Finding(
-                        MALFORMED,
+                        malformed,
                         conversation_id,
                         None,
                         f"version {_shown(version)} is not an integer",
-                        row.notification_id,
+                        notification_id,
                     )
                 )
                 continue
-            if row.notification_id <= 0:
+            if notification_id <= 0:
                 item.audit.findings.append(
                     Finding(
-                        MALFORMED,
+                        malformed,
                         conversation_id,
                         version,
-                        f"notification id {row.notification_id}: the log numbers "
+                        f"notification id {notification_id}: the log numbers "
                         "events from 1, so followers and the index never see this "
                         "row, yet the ledger serves it",
-                        row.notification_id,
+                        notification_id,
                     )
                 )
-            topic: Any = row.topic
-            state: Any = row.state
             if state.__class__ is str:  # a hand-edited SQLite row may be TEXT
                 state = state.encode("utf-8", "surrogatepass")
             if topic.__class__ is not str or state.__class__ is not bytes:
@@ -325,15 +323,7 @@ class Auditor:
                     else f"state is {_shown(state)}, not bytes"
                 )
                 item.rows.append(
-                    ChainRow(
-                        version,
-                        "",
-                        "",
-                        "",
-                        problem,
-                        error_kind=MALFORMED,
-                        notification_id=row.notification_id,
-                    )
+                    ChainRow(version, "", "", "", problem, malformed, notification_id)
                 )
                 continue
             try:
@@ -346,19 +336,14 @@ class Auditor:
                         previous,
                         recorded,
                         computed,
-                        notification_id=row.notification_id,
+                        None,
+                        UNSEALED,
+                        notification_id,
                     )
                 )
             except ChainFormatError as error:
                 item.rows.append(
-                    ChainRow(
-                        version,
-                        "",
-                        "",
-                        "",
-                        str(error),
-                        notification_id=row.notification_id,
-                    )
+                    ChainRow(version, "", "", "", str(error), UNSEALED, notification_id)
                 )
             if topic in decode_wanted or (
                 topic == CONFIRMED_TOPIC and _HAS_RECEIPT in state

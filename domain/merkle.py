@@ -313,6 +313,36 @@ class MerkleTree:
         return consistency_proof(old, self.size if new is None else new, self.read)
 
 
+def _perfect_root(leaves: Sequence[bytes]) -> bytes:
+    """Root of a power-of-two number of leaf hashes, a level at a time."""
+    level = list(leaves)
+    sha256 = hashlib.sha256
+    while len(level) > 1:
+        pairs = iter(level)
+        level = [
+            sha256(b"\x01" + left + right).digest()
+            for left, right in zip(pairs, pairs, strict=True)
+        ]
+    return level[0]
+
+
+def root_of_leaves(leaves: Sequence[bytes]) -> bytes:
+    """The root over these leaf hashes, computed from all of them (no store).
+
+    The tree of n leaves is its perfect subtrees (one per set bit of n, the
+    largest first) folded from the right; each is hashed level by level,
+    which runs a tight loop rather than one call per leaf.
+    """
+    if not leaves:
+        return EMPTY_ROOT
+    peaks: list[bytes] = []
+    start = 0
+    for level, _ in Frontier.coordinates(len(leaves)):
+        peaks.append(_perfect_root(leaves[start : start + (1 << level)]))
+        start += 1 << level
+    return fold(peaks)
+
+
 def reference_root(leaves: Sequence[bytes]) -> bytes:
     """RFC 6962's recursive definition of the root, written out for comparison."""
     if not leaves:

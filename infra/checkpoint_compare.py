@@ -16,8 +16,8 @@ from turnledger.domain.findings import (
     Finding,
 )
 from turnledger.domain.merkle import (
-    Frontier,
     leaf_hash,
+    root_of_leaves,
 )
 from turnledger.domain.transparency import (
     LeafFacts,
@@ -66,11 +66,7 @@ def _finding(kind: str, facts: LeafFacts | None, detail: str) -> Finding:
 
 
 def _root_of(leaves: Sequence[bytes], size: int) -> bytes:
-    frontier = Frontier()
-    push = frontier.push
-    for position in range(size):
-        push(leaves[position])
-    return frontier.root()
+    return root_of_leaves(leaves[:size])
 
 
 def _reference(

@@ -15,6 +15,7 @@ from turnledger.domain.merkle import (
     MerkleTree,
     leaf_hash,
     reference_root,
+    root_of_leaves,
     verify_consistency,
     verify_inclusion,
 )
@@ -48,6 +49,7 @@ def test_roots_of_every_size_match_the_recursive_definition(
     for size in range(1, len(leaves) + 1):
         frontier.append(leaves[size - 1])
         assert tree.root(size) == reference_root(leaves[:size]) == frontier.root()
+        assert root_of_leaves(leaves[:size]) == frontier.root()
 
 
 @given(leaves_strategy, st.data())
