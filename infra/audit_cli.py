@@ -33,10 +33,14 @@ from rich.table import Table
 
 from turnledger.domain.audit import Anchor, AuditReport
 from turnledger.domain.errors import InvalidInputError, TurnLedgerError
+from turnledger.domain.merkle import ProofError
 from turnledger.domain.replay import history_at
+from turnledger.infra.checkpoint import newest_checkpoint
 from turnledger.infra.persistence import open_conversations
 from turnledger.infra.readmodels import READ_MODELS, rebuild
 from turnledger.infra.settings import Settings
+from turnledger.infra.signing import trusted_public_key
+from turnledger.infra.transparency_audit import audit_store
 
 EXIT_INTEGRITY = 1
 EXIT_CANNOT_RUN = 2
@@ -129,20 +133,28 @@ def run_audit(arguments: argparse.Namespace) -> int:
     console = Console()
     try:
         report = _audit(arguments, console)
-    except (TurnLedgerError, OSError, psycopg.Error, sqlite3.Error) as error:
+    except (
+        TurnLedgerError,
+        ProofError,
+        OSError,
+        psycopg.Error,
+        sqlite3.Error,
+    ) as error:
         print(f"turnledger: could not run the audit: {error}", file=sys.stderr)
         return EXIT_CANNOT_RUN
     _print_summary(console, report)
     if arguments.json is not None:
-        arguments.json.write_text(json.dumps(report.to_json(), indent=2) + "\n")
+        try:
+            arguments.json.write_text(json.dumps(report.to_json(), indent=2) + "\n")
+        except OSError as error:
+            print(f"turnledger: cannot write the report: {error}", file=sys.stderr)
+            # A failure found outranks a report not written.
+            return EXIT_CANNOT_RUN if report.ok else EXIT_INTEGRITY
         console.print(f"report written to {arguments.json}")
     return 0 if report.ok else EXIT_INTEGRITY
 
 
 def _audit(arguments: argparse.Namespace, console: Console) -> AuditReport:
-    from turnledger.infra.checkpoint import newest_checkpoint
-    from turnledger.infra.signing import trusted_public_key
-
     settings = Settings()
     anchors: dict[UUID, Anchor] = {}
     checkpoint = None
@@ -160,8 +172,6 @@ def _audit(arguments: argparse.Namespace, console: Console) -> AuditReport:
         anchors = {**_index_anchors(settings), **anchors}
     ledger = open_conversations(settings)
     try:
-        from turnledger.infra.transparency_audit import audit_store
-
         return audit_store(
             ledger,
             settings,
