@@ -139,6 +139,7 @@ def cell(value: Any, *, uuid_text: bool = False) -> bytes:
 
 
 _TOPIC_CELLS: dict[str, bytes] = {}
+_SQLITE_IDS: dict[str, UUID | None] = {}  # 32-hex text -> its UUID, or None
 _UUID = UUID
 _LEAF_U = LEAF_TAG + b"u"
 _sha256 = hashlib.sha256
@@ -149,6 +150,15 @@ def leaf_input(row: RawRow) -> bytes:
     # The audit's inner loop: the common shape of a row, without the general
     # dispatch of `cell` (which gives the same bytes; to_bytes refuses a
     # number beyond 64 bits, which `cell` then tags).
+    if originator_id.__class__ is str:  # SQLite: the same few ids, many rows
+        parsed = _SQLITE_IDS.get(originator_id, False)
+        if parsed is False:
+            id_cell = cell(originator_id, uuid_text=True)
+            parsed = UUID(bytes=id_cell[1:]) if id_cell[:1] == b"u" else None
+            if len(_SQLITE_IDS) < 100_000:
+                _SQLITE_IDS[originator_id] = parsed
+        if parsed is not None:
+            originator_id = parsed
     if (
         originator_id.__class__ is _UUID
         and version.__class__ is int
