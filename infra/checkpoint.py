@@ -246,9 +246,11 @@ class CheckpointWriter:
         previous = self._previous
         if previous is not None and not _extends(previous, size, self._store):
             raise LogInconsistentError(
-                f"the log of {size} events does not extend checkpoint "
-                f"{previous.path} ({previous.tree_size} events): run "
-                f"`turnledger audit --checkpoint {self._out_dir}` to locate the change"
+                f"the log of {size} events, as the tree cache holds it, does not "
+                f"extend checkpoint {previous.path} ({previous.tree_size} events): "
+                f"run `turnledger audit --checkpoint {self._out_dir}` to locate the "
+                "change (if it passes, only the cache was altered: drop it and it "
+                "is rebuilt from the rows)"
             )
         if skip_unchanged and previous is not None and previous.tree_size == size:
             return previous

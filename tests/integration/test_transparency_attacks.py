@@ -415,3 +415,32 @@ def test_the_audit_creates_no_tree_cache_and_proofs_refuse_a_changed_event(
     ]
     assert main(prove) == 1
     assert "integrity failure" in capsys.readouterr().err
+
+
+@SQL_STORES
+def test_an_altered_tree_cache_alone_stops_checkpoints_until_it_is_rebuilt(
+    store: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    settings: Settings = store["settings"]
+    if settings.persistence == "sqlite":
+        import sqlite3
+
+        with sqlite3.connect(settings.data_dir / "merkle.sqlite3") as connection:
+            connection.execute("UPDATE merkle_nodes SET hash = zeroblob(32)")
+    else:
+        import psycopg
+        from psycopg import sql
+
+        with psycopg.connect(settings.postgres_conninfo(), autocommit=True) as c:
+            c.execute(
+                sql.SQL("UPDATE {} SET hash = %s").format(
+                    sql.Identifier(settings.postgres_schema, "merkle_nodes")
+                ),
+                (bytes(32),),
+            )
+    code, _, _ = cli_audit(store["out"], tmp_path / "r.json", capsys)
+    assert code == 0  # the rows are what the checkpoint signed
+    assert main(["checkpoint", "--out", str(store["out"])]) == 1
+    assert "only the cache was altered" in capsys.readouterr().err
+    _drop_tree_cache(settings)
+    assert main(["checkpoint", "--out", str(store["out"])]) == 0
