@@ -176,3 +176,23 @@ def test_the_service_loop_writes_checkpoints_until_stopped(
     # Idle rounds write nothing: one checkpoint per size seen.
     files = checkpoint_files(tmp_path / "cp")
     assert len(files) == len({read_checkpoint(p).tree_size for p in files})
+
+
+def test_crypto_shredding_after_a_checkpoint_is_no_tampering(
+    settings: Settings, open_ledger: Callable[[], Conversations], tmp_path: Path
+) -> None:
+    """Deletion destroys keys and appends an event; the stored rows the
+    checkpoint covers keep their bytes, so the log still extends it."""
+    settings = _signed(settings)
+    ledger = open_ledger()
+    conversation_id, _ = run_turns(ledger, "alice", turns=3)
+    writer = CheckpointWriter(ledger, settings, tmp_path / "cp")
+    try:
+        writer.write()
+        ledger.delete_history("alice", conversation_id, turn_ids=["t1", "t2"])
+        ledger.purge_deleted_history()
+        report = audit_against_checkpoint(ledger, settings, tmp_path / "cp")
+        assert report.ok, report.failures
+        assert writer.write().tree_size == 5
+    finally:
+        writer.close()
