@@ -4,7 +4,10 @@ The chain pass reads raw stored rows (the notification log, or one
 conversation's events) and needs no keys: it checks that versions run 1..n
 without gaps, that each event's digest matches its stored bytes, that each
 event links to the digest of the stored event before it, and that heads
-recorded elsewhere (anchors) are still there. The receipt pass replays each
+recorded elsewhere (anchors) are still there. A cell the ledger never writes
+(NULL, a wrong type, a position at or below zero) is a `malformed` finding at
+its row, never an exception; with `leaves` set, the same read computes every
+row's transparency-log leaf (docs/transparency.md). The receipt pass replays each
 conversation from its events alone (never from a snapshot, which the chain
 does not cover) to the version a receipt names, applies the receipt's policy
 again with the turn's own question, and compares the body's length and
@@ -37,6 +40,7 @@ from turnledger.domain.findings import (
     ANCHOR_MISMATCH,
     BROKEN_LINK,
     CHANGED,
+    MALFORMED,
     MISSING,
     NOT_REDERIVABLE,
     READ_SIDE_MISMATCH,
@@ -63,6 +67,7 @@ from turnledger.domain.receipt import (
     parse_receipt_policy,
     receipt_key_ids,
 )
+from turnledger.domain.transparency import RawLog, RawRow, RecorderLog, pages, row_leaf
 from turnledger.projections.ledger_rows import ConversationRow
 from turnledger.projections.log_replay import replay_events
 from turnledger.projections.policy import WindowPolicy
@@ -124,6 +129,16 @@ def _state(aggregate: Any) -> dict[str, Any]:
     return {k: v for k, v in vars(aggregate).items() if k != "_pending_events"}
 
 
+def _shown(value: Any) -> str:
+    """A cell for a message: its type, and a short form of its value."""
+    if value is None:
+        return "NULL"
+    text = repr(value)
+    if len(text) > 40:
+        text = text[:37] + "..."
+    return f"{type(value).__name__} {text}"
+
+
 def _receipt_finding(
     conversation_id: UUID, item: _ReceiptToCheck, kind: str, detail: str
 ) -> Finding:
@@ -142,10 +157,22 @@ class Auditor:
         page_size: int = 1000,
         progress: Callable[[int], None] | None = None,
         token_counters: Mapping[str, TokenCounter] | None = None,
+        raw_log: RawLog | None = None,
     ) -> None:
         """`token_counters`: the counters, by name, that windows were built with
-        besides the built-in estimate (receipts name theirs)."""
+        besides the built-in estimate (receipts name theirs). `raw_log` reads
+        the rows as stored (infra/raw_log.py); the default reads through the
+        library's recorder, which decodes ids and skips positions <= 0.
+        """
         self.ledger = ledger
+        self.raw_log: RawLog = raw_log or RecorderLog(ledger.recorder)
+        self._ids: dict[str, UUID] = {}
+        self._by_int: dict[int, _Collected] = {}
+        # Set `leaves` to a list to collect every row's transparency-log leaf
+        # hash (and `leaf_positions` its notification id) in the same pass.
+        self.leaves: list[bytes] | None = None
+        self.leaf_positions: list[int] = []
+        self.log_findings: list[Finding] = []
         self.page_size = page_size
         self.token_counters = dict(token_counters or {})
         self.progress = progress or (lambda count: None)
@@ -173,9 +200,11 @@ class Auditor:
         events) is checked against the log, and serves as such an anchor.
         """
         collected: dict[UUID, _Collected] = {}
+        self._by_int = {}
+        self.log_findings = []
         for page in self._pages(conversation_id):
             self._collect_page(collected, page)
-        if conversation_id is not None and not collected:
+        if conversation_id is not None and not collected and not self.log_findings:
             raise ConversationNotFoundError(conversation_id)
         anchors = dict(anchors or {})
         if conversation_id is not None:
@@ -214,65 +243,145 @@ class Auditor:
                 self._check_receipts(audit, item.receipts)
             self._check_snapshots(audit)
             audits.append(audit)
-        return AuditReport(audits)
+        return AuditReport(audits, log_findings=list(self.log_findings))
 
     # Chain pass ---------------------------------------------------------------
 
-    def _pages(self, conversation_id: UUID | None) -> Iterator[Sequence[StoredEvent]]:
-        recorder = self.ledger.recorder
+    def _pages(self, conversation_id: UUID | None) -> Iterator[Sequence[RawRow]]:
+        log = self.raw_log
         if conversation_id is not None:
-            rows = recorder.select_events(conversation_id)
+            rows = log.rows_of(conversation_id)
             yield rows
             self.progress(len(rows))
             return
-        start = 0
-        while True:
-            page = recorder.select_notifications(
-                start, self.page_size, inclusive_of_start=False
-            )
-            if not page:
-                return
+        for page in pages(log, self.page_size):
             yield page
             self.progress(len(page))
-            start = page[-1].id
+
+    def _conversation_of(self, originator_id: Any) -> UUID | None:
+        """The conversation a stored originator id names, None if it names none.
+
+        PostgreSQL hands back UUIDs; SQLite stores the 32-hex form as text.
+        """
+        if originator_id.__class__ is UUID:
+            return originator_id
+        known = self._ids.get(originator_id) if originator_id.__class__ is str else None
+        if known is not None:
+            return known
+        try:
+            parsed = UUID(hex=originator_id)
+        except (TypeError, ValueError, AttributeError):
+            return None
+        if parsed.hex != originator_id:
+            return None
+        self._ids[originator_id] = parsed
+        return parsed
 
     def _collect_page(
-        self, collected: dict[UUID, _Collected], page: Sequence[StoredEvent]
+        self, collected: dict[UUID, _Collected], page: Sequence[RawRow]
     ) -> None:
-        """The audit's inner loop: kept flat, it runs once per stored event."""
+        """The audit's inner loop: kept flat, it runs once per stored event.
+
+        Any cell the ledger would never write (NULL, another type, text that is
+        not UTF-8, an id that is no conversation's, a position at or below
+        zero) becomes a finding at that row; the rest of the log is still read.
+        """
         decode_wanted = (STARTED_TOPIC, DELETED_TOPIC)
-        for stored in page:
-            state: Any = stored.state
-            if state.__class__ is str:  # a hand-edited SQLite row may be TEXT
-                state = state.encode("utf-8")
-                stored = StoredEvent(
-                    originator_id=stored.originator_id,
-                    originator_version=stored.originator_version,
-                    topic=stored.topic,
-                    state=state,
-                )
-            conversation_id: Any = stored.originator_id
+        if self.leaves is not None:
+            # The transparency log's leaves, in the same read of the rows.
+            self.leaves.extend(map(row_leaf, page))
+            self.leaf_positions.extend(row[0] for row in page)
+        by_int = self._by_int
+        malformed = MALFORMED
+        for notification_id, conversation_id, version, topic, state in page:
             if conversation_id.__class__ is not UUID:
-                conversation_id = UUID(str(conversation_id))
-            item = collected.get(conversation_id)
+                originator_id = conversation_id
+                conversation_id = self._conversation_of(originator_id)
+                if conversation_id is None:
+                    self.log_findings.append(
+                        Finding(
+                            malformed,
+                            None,
+                            version if version.__class__ is int else None,
+                            f"originator id {_shown(originator_id)} is not a "
+                            "conversation id: the row belongs to no conversation",
+                            notification_id,
+                        )
+                    )
+                    continue
+            # By the id's integer: UUID's own hash and == run in Python.
+            item = by_int.get(conversation_id.int)
             if item is None:
-                item = collected[conversation_id] = _Collected(
-                    ConversationAudit(conversation_id), conversation_id.bytes
+                item = collected[conversation_id] = by_int[conversation_id.int] = (
+                    _Collected(
+                        ConversationAudit(conversation_id), conversation_id.bytes
+                    )
                 )
-            version = stored.originator_version
-            topic = stored.topic
+            if version.__class__ is not int:
+                item.audit.findings.append(
+                    Finding(
+                        malformed,
+                        conversation_id,
+                        None,
+                        f"version {_shown(version)} is not an integer",
+                        notification_id,
+                    )
+                )
+                continue
+            if notification_id <= 0:
+                item.audit.findings.append(
+                    Finding(
+                        malformed,
+                        conversation_id,
+                        version,
+                        f"notification id {notification_id}: the log numbers "
+                        "events from 1, so followers and the index never see this "
+                        "row, yet the ledger serves it",
+                        notification_id,
+                    )
+                )
+            if state.__class__ is str:  # a hand-edited SQLite row may be TEXT
+                state = state.encode("utf-8", "surrogatepass")
+            if topic.__class__ is not str or state.__class__ is not bytes:
+                problem = (
+                    f"topic is {_shown(topic)}"
+                    if topic.__class__ is not str
+                    else f"state is {_shown(state)}, not bytes"
+                )
+                item.rows.append(
+                    ChainRow(version, "", "", "", problem, malformed, notification_id)
+                )
+                continue
             if topic in TURN_TOPICS:
                 item.turns += 1
             try:
                 previous, recorded, computed = raw_link(
                     item.identity, version, topic, state
                 )
-                item.rows.append(ChainRow(version, previous, recorded, computed))
+                item.rows.append(
+                    ChainRow(
+                        version,
+                        previous,
+                        recorded,
+                        computed,
+                        None,
+                        UNSEALED,
+                        notification_id,
+                    )
+                )
             except ChainFormatError as error:
-                item.rows.append(ChainRow(version, "", "", "", str(error)))
+                item.rows.append(
+                    ChainRow(version, "", "", "", str(error), UNSEALED, notification_id)
+                )
             if topic in decode_wanted or (
                 topic == CONFIRMED_TOPIC and _HAS_RECEIPT in state
             ):
+                stored = StoredEvent(
+                    originator_id=conversation_id,
+                    originator_version=version,
+                    topic=topic,
+                    state=state,
+                )
                 self._read_facts(item, stored)
 
     def _read_facts(self, item: _Collected, stored: StoredEvent) -> None:
@@ -403,6 +512,19 @@ class Auditor:
         queries = ConversationQueries(
             read_side=view, events=self.ledger.events, vault=self.ledger.vault
         )
+        if not isinstance(head.version, int):  # a hand-edited version cell
+            for _, item in to_derive:
+                self._tally(
+                    audit,
+                    _receipt_finding(
+                        conversation_id,
+                        item,
+                        UNREPLAYABLE,
+                        "the conversation's versions are not numbers: its "
+                        "receipts cannot be re-derived",
+                    ),
+                )
+            return
         for receipt, item in to_derive:
             if receipt.ledger_version > head.version:
                 self._tally(

@@ -14,6 +14,7 @@
     ├── UnauthenticatedError         missing, unknown or revoked device token
     ├── FoldConflictError            a fold id is reused, or a fold would cover less
     ├── PurgeIncompleteError         a deletion is recorded but its purge must be re-run
+    ├── CheckpointError              a checkpoint, signing key or proof cannot be used
     └── WindowError                  a request window cannot be built
         ├── MandatoryInputTooLargeError     system + current question exceed max_bytes
         └── MandatoryInputOverContextError  ... or, with the reply, context_tokens
@@ -162,6 +163,11 @@ class PurgeIncompleteError(TurnLedgerError):
             "is no longer served, but destroying its keys failed; the purge completes "
             "on the next deletion, `turnledger purge` or start-up"
         )
+
+
+class CheckpointError(TurnLedgerError):
+    """Raised when a checkpoint file, the audit signing key or a proof request
+    cannot be used (missing, malformed, badly signed, or naming no event)."""
 
 
 class WindowError(TurnLedgerError):

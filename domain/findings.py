@@ -28,17 +28,29 @@ SNAPSHOT_MISMATCH = "snapshot-mismatch"  # a snapshot is not what its events giv
 TRUNCATED = "truncated"  # the log ends before a head an anchor recorded
 ANCHOR_MISMATCH = "anchor-mismatch"  # the event an anchor recorded has another digest
 READ_SIDE_MISMATCH = "read-side-mismatch"  # a read-side row says what the log does not
+MALFORMED = "malformed"  # a stored cell holds what the ledger never writes
+LOG_CHANGED = "log-changed"  # a checkpointed position holds another event now
+LOG_REMOVED = "log-removed"  # an event a checkpoint covered is gone
+LOG_INSERTED = "log-inserted"  # an event sits inside a checkpoint's range, uncovered
+LOG_TRUNCATED = "log-truncated"  # the log is shorter than a checkpoint's tree
+CHECKPOINT_MISMATCH = "checkpoint-mismatch"  # the log's root is not the signed one
 NOT_REDERIVABLE = "not-rederivable"  # receipt's turns deleted since: expected
 
 
 @dataclass(frozen=True, slots=True)
 class Finding:
-    """One thing an audit found, located by conversation and version."""
+    """One thing an audit found, located by conversation and version.
+
+    Findings about the log as a whole, or a row whose originator id is not a
+    conversation id, have no conversation; `notification_id` places a row in
+    the log when it is known.
+    """
 
     kind: str
-    conversation_id: UUID
+    conversation_id: UUID | None
     version: int | None
     detail: str
+    notification_id: int | None = None
 
     @property
     def failure(self) -> bool:
@@ -48,8 +60,11 @@ class Finding:
         return {
             "kind": self.kind,
             "failure": self.failure,
-            "conversation_id": str(self.conversation_id),
+            "conversation_id": (
+                None if self.conversation_id is None else str(self.conversation_id)
+            ),
             "version": self.version,
+            "notification_id": self.notification_id,
             "detail": self.detail,
         }
 
@@ -73,7 +88,15 @@ class ConversationAudit:
     def chain_intact(self) -> bool:
         return not any(
             f.kind
-            in (CHANGED, UNSEALED, BROKEN_LINK, MISSING, TRUNCATED, ANCHOR_MISMATCH)
+            in (
+                CHANGED,
+                UNSEALED,
+                BROKEN_LINK,
+                MISSING,
+                TRUNCATED,
+                ANCHOR_MISMATCH,
+                MALFORMED,
+            )
             for f in self.findings
         )
 
@@ -103,6 +126,11 @@ class ConversationAudit:
 @dataclass(slots=True)
 class AuditReport:
     conversations: list[ConversationAudit]
+    # Findings about the log as a whole: rows no conversation owns, and the
+    # comparison with a signed checkpoint.
+    log_findings: list[Finding] = field(default_factory=list)
+    # The signed checkpoint the log was compared with, when there was one.
+    checkpoint: dict[str, Any] | None = None
 
     @property
     def events_verified(self) -> int:
@@ -110,7 +138,10 @@ class AuditReport:
 
     @property
     def findings(self) -> list[Finding]:
-        return [f for audit in self.conversations for f in audit.findings]
+        return [
+            *self.log_findings,
+            *(f for audit in self.conversations for f in audit.findings),
+        ]
 
     def anchors(self) -> dict[UUID, Anchor]:
         """Every conversation's head, to check a later audit against."""
@@ -148,6 +179,7 @@ class AuditReport:
                 "failed": sum(a.receipts_failed for a in self.conversations),
             },
             "deleted_turns": sum(len(a.deleted_turn_ids) for a in self.conversations),
+            "checkpoint": self.checkpoint,
             "failures": [finding.to_json() for finding in self.failures],
             "conversation_details": [a.to_json() for a in self.conversations],
         }
@@ -161,6 +193,8 @@ class ChainRow(NamedTuple):
     recorded: str
     computed: str
     seal_error: str | None = None
+    error_kind: str = UNSEALED
+    notification_id: int | None = None
 
 
 def check_chain(conversation_id: UUID, rows: Iterable[ChainRow]) -> list[Finding]:
@@ -181,13 +215,18 @@ def check_chain(conversation_id: UUID, rows: Iterable[ChainRow]) -> list[Finding
                     conversation_id,
                     expected_version,
                     f"version(s) {missing} absent: events were removed",
+                    row.notification_id,
                 )
             )
         expected_version = row.version + 1
         if row.seal_error is not None:
             findings.append(
                 Finding(
-                    UNSEALED, conversation_id, row.version, row.seal_error or "no seal"
+                    row.error_kind,
+                    conversation_id,
+                    row.version,
+                    row.seal_error or "no seal",
+                    row.notification_id,
                 )
             )
             head = None
@@ -200,6 +239,7 @@ def check_chain(conversation_id: UUID, rows: Iterable[ChainRow]) -> list[Finding
                     row.version,
                     "stored bytes do not match the event's digest: the event was "
                     "altered (or moved from another conversation or version)",
+                    row.notification_id,
                 )
             )
         if head is not None and row.previous != head:
@@ -210,6 +250,7 @@ def check_chain(conversation_id: UUID, rows: Iterable[ChainRow]) -> list[Finding
                     row.version,
                     "does not follow the stored event before it: events were removed, "
                     "inserted or reordered",
+                    row.notification_id,
                 )
             )
         head = row.recorded

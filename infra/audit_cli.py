@@ -1,9 +1,17 @@
-"""`turnledger audit`, `turnledger history` and `turnledger rebuild`."""
+"""`turnledger audit`, `turnledger history` and `turnledger rebuild`.
+
+`turnledger audit` exits 0 when the store is clean, 1 on an integrity failure
+(EXIT_INTEGRITY) and 2 when it could not run at all (EXIT_CANNOT_RUN: invalid
+settings, an unreadable --against or --checkpoint file, a bad key, an
+unreachable store), so a script can tell "tampered" from "not checked".
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sqlite3
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -11,6 +19,7 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
+import psycopg
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import (
@@ -23,12 +32,19 @@ from rich.progress import (
 from rich.table import Table
 
 from turnledger.domain.application import Conversations
-from turnledger.domain.audit import Anchor, Auditor, AuditReport
-from turnledger.domain.errors import InvalidInputError
+from turnledger.domain.audit import Anchor, AuditReport
+from turnledger.domain.errors import InvalidInputError, TurnLedgerError
+from turnledger.domain.merkle import ProofError
 from turnledger.domain.replay import history_at
+from turnledger.infra.checkpoint import newest_checkpoint
 from turnledger.infra.persistence import open_conversations
 from turnledger.infra.read_side import compare_read_sides, live_rows, replay_log
 from turnledger.infra.settings import Settings
+from turnledger.infra.signing import trusted_public_key
+from turnledger.infra.transparency_audit import audit_store
+
+EXIT_INTEGRITY = 1
+EXIT_CANNOT_RUN = 2
 
 
 def register(subparsers: Any) -> None:
@@ -48,6 +64,13 @@ def register(subparsers: Any) -> None:
         type=Path,
         metavar="REPORT",
         help="an earlier JSON report: its heads must still be in the log",
+    )
+    audit.add_argument(
+        "--checkpoint",
+        type=Path,
+        metavar="DIR_OR_FILE",
+        help="a signed checkpoint (or a directory of them: the newest is used); "
+        "the log must extend it",
     )
     audit.add_argument(
         "--no-index",
@@ -103,32 +126,61 @@ def _progress(console: Console, label: str, total: int) -> Iterator[Any]:
 
 
 def run_audit(arguments: argparse.Namespace) -> int:
-    settings = Settings()
     console = Console()
+    try:
+        report = _audit(arguments, console)
+    except (
+        TurnLedgerError,
+        ProofError,
+        OSError,
+        psycopg.Error,
+        sqlite3.Error,
+    ) as error:
+        print(f"turnledger: could not run the audit: {error}", file=sys.stderr)
+        return EXIT_CANNOT_RUN
+    _print_summary(console, report)
+    if arguments.json is not None:
+        try:
+            arguments.json.write_text(json.dumps(report.to_json(), indent=2) + "\n")
+        except OSError as error:
+            print(f"turnledger: cannot write the report: {error}", file=sys.stderr)
+            # A failure found outranks a report not written.
+            return EXIT_CANNOT_RUN if report.ok else EXIT_INTEGRITY
+        console.print(f"report written to {arguments.json}")
+    return 0 if report.ok else EXIT_INTEGRITY
+
+
+def _audit(arguments: argparse.Namespace, console: Console) -> AuditReport:
+    settings = Settings()
     anchors: dict[UUID, Anchor] = {}
+    checkpoint = None
+    if arguments.checkpoint is not None:
+        trusted = trusted_public_key(settings)
+        checkpoint = newest_checkpoint(arguments.checkpoint, trusted)
+        if trusted is None:
+            console.print(
+                "[yellow]no audit key configured: the checkpoint's own public key "
+                "was used; pin one with TURNLEDGER_AUDIT_PUBLIC_KEY[/]"
+            )
     if arguments.against is not None:
         anchors.update(anchors_from_report(arguments.against))
     ledger = open_conversations(settings)
     try:
         if not arguments.no_index:
             anchors = {**_read_side_anchors(ledger), **anchors}
-        auditor = Auditor(ledger)
-        total = auditor.total_events(arguments.conversation)
-        with _progress(console, "auditing events", total) as advance:
-            auditor.progress = advance
-            report = auditor.audit(
-                arguments.conversation,
-                receipts=not arguments.no_receipts,
-                anchors=anchors,
-                read_side=not arguments.no_index,
-            )
+        return audit_store(
+            ledger,
+            settings,
+            conversation_id=arguments.conversation,
+            receipts=not arguments.no_receipts,
+            anchors=anchors,
+            read_side=not arguments.no_index,
+            checkpoint=checkpoint,
+            checkpoint_location=arguments.checkpoint,
+            progress=lambda label, total: _progress(console, label, total),
+        )
     finally:
         ledger.close()
-    _print_summary(console, report)
-    if arguments.json is not None:
-        arguments.json.write_text(json.dumps(report.to_json(), indent=2) + "\n")
-        console.print(f"report written to {arguments.json}")
-    return 0 if report.ok else 1
 
 
 def anchors_from_report(path: Path) -> dict[UUID, Anchor]:
@@ -172,16 +224,25 @@ def _print_summary(console: Console, report: AuditReport) -> None:
     )
     table.add_row("receipts failed", _red_if(summary["receipts"]["failed"]))
     table.add_row("deleted turns", str(summary["deleted_turns"]))
+    if report.checkpoint is not None:
+        table.add_row(
+            "checkpoint",
+            f"{report.checkpoint['tree_size']} events, "
+            f"{report.checkpoint['timestamp']}",
+        )
     table.add_row("integrity failures", _red_if(len(report.failures)))
     console.print(table)
     if report.failures:
         failures = Table(title="integrity failures")
-        for column in ("conversation", "version", "kind", "detail"):
+        for column in ("conversation", "version", "id", "kind", "detail"):
             failures.add_column(column)
         for finding in report.failures:
             failures.add_row(
-                str(finding.conversation_id),
+                "(log)"
+                if finding.conversation_id is None
+                else str(finding.conversation_id),
                 "" if finding.version is None else str(finding.version),
+                "" if finding.notification_id is None else str(finding.notification_id),
                 finding.kind,
                 escape(finding.detail),
             )

@@ -16,11 +16,21 @@ from turnledger.infra import (
     export,
     purge,
     serve,
+    transparency_cli,
     window_cli,
 )
 
 # Each command module exposes register(subparsers); its parser sets `handler`.
-COMMAND_MODULES = [demo, window_cli, export, purge, device_cli, serve, audit_cli]
+COMMAND_MODULES = [
+    demo,
+    window_cli,
+    export,
+    purge,
+    device_cli,
+    serve,
+    audit_cli,
+    transparency_cli,
+]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -104,6 +104,17 @@ class Settings(BaseSettings):
     sync_max_wait_seconds: PositiveFloat = 30.0
     sync_poll_interval_seconds: PositiveFloat = 0.05
 
+    # Transparency-log checkpoints (docs/transparency.md). The Ed25519 key that
+    # signs them: base64 of its 32 private bytes, or a PKCS#8 PEM; never stored
+    # in the database. An auditor who holds only the public key (base64 of 32
+    # bytes) sets audit_public_key to pin it.
+    audit_signing_key: SecretStr | None = None
+    audit_signing_key_file: Path | None = None
+    audit_public_key: str | None = None
+    # Where the service writes checkpoints, and how often (unset: it writes none).
+    audit_checkpoint_dir: Path | None = None
+    audit_checkpoint_interval_seconds: PositiveFloat = 60.0
+
     @model_validator(mode="after")
     def _check_cross_field_rules(self) -> Self:
         if self.master_key is not None and self.master_key_file is not None:

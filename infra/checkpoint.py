@@ -1,0 +1,326 @@
+"""Signed checkpoints of the transparency log, proofs, and audits against them.
+
+A checkpoint is the tree size, the root hash and the time, signed with
+Ed25519 by a key the database never holds (TURNLEDGER_AUDIT_SIGNING_KEY or
+_FILE), written as JSON to a directory of the operator's choosing. Beside the
+checkpoints the directory keeps `leaves.bin`, every leaf hash in log order
+(32 bytes each): with it an audit names the first event that differs even
+when the tree cache in the database was altered as well. docs/transparency.md
+documents the formats and what a verifier needs.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import logging
+import os
+import threading
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+    Ed25519PublicKey,
+)
+
+from turnledger.domain.application import Conversations
+from turnledger.domain.errors import CheckpointError
+from turnledger.domain.merkle import (
+    leaf_hash,
+    root,
+)
+from turnledger.infra.merkle_store import (
+    Followed,
+    LeafStore,
+    follow,
+    open_leaf_store,
+)
+from turnledger.infra.raw_log import open_raw_log
+from turnledger.infra.settings import Settings
+from turnledger.infra.signing import public_bytes, signing_key
+
+_log = logging.getLogger("turnledger.checkpoint")
+
+CHECKPOINT_FORMAT = "turnledger-checkpoint/v1"
+LEAVES_FILE = "leaves.bin"
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """A signed tree head, as read from (and checked against) its file."""
+
+    origin: str
+    tree_size: int
+    root_hash: bytes
+    timestamp: str
+    public_key: bytes
+    signature: bytes
+    path: Path | None = None
+
+    def signed_bytes(self) -> bytes:
+        return signed_message(
+            self.origin, self.tree_size, self.root_hash.hex(), self.timestamp
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": CHECKPOINT_FORMAT,
+            "origin": self.origin,
+            "tree_size": self.tree_size,
+            "root_hash": self.root_hash.hex(),
+            "timestamp": self.timestamp,
+            "public_key": base64.b64encode(self.public_key).decode("ascii"),
+            "key_id": hashlib.sha256(self.public_key).hexdigest()[:16],
+            "signature": base64.b64encode(self.signature).decode("ascii"),
+        }
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "path": None if self.path is None else str(self.path),
+            "tree_size": self.tree_size,
+            "root_hash": self.root_hash.hex(),
+            "timestamp": self.timestamp,
+            "key_id": hashlib.sha256(self.public_key).hexdigest()[:16],
+        }
+
+
+def signed_message(origin: str, tree_size: int, root_hex: str, timestamp: str) -> bytes:
+    """The exact bytes a checkpoint's signature covers."""
+    lines = (CHECKPOINT_FORMAT, origin, str(tree_size), root_hex, timestamp)
+    return "".join(f"{line}\n" for line in lines).encode()
+
+
+def store_origin(settings: Settings) -> str:
+    """Names the log a checkpoint is of (informative: moving a store keeps its log)."""
+    match settings.persistence:
+        case "sqlite":
+            return f"sqlite:{settings.sqlite_events_path.resolve()}"
+        case "postgres":
+            return (
+                f"postgres:{settings.postgres_host}:{settings.postgres_port}/"
+                f"{settings.postgres_dbname}/{settings.postgres_schema}"
+            )
+        case _:
+            return "memory"
+
+
+def read_checkpoint(path: Path, trusted: Ed25519PublicKey | None = None) -> Checkpoint:
+    """A checkpoint file, its signature checked (with `trusted` when given)."""
+    try:
+        document = json.loads(path.read_text())
+        if document.get("format") != CHECKPOINT_FORMAT:
+            raise ValueError(f"format is {document.get('format')!r}")
+        checkpoint = Checkpoint(
+            origin=str(document["origin"]),
+            tree_size=int(document["tree_size"]),
+            root_hash=bytes.fromhex(document["root_hash"]),
+            timestamp=str(document["timestamp"]),
+            public_key=base64.b64decode(document["public_key"], validate=True),
+            signature=base64.b64decode(document["signature"], validate=True),
+            path=path,
+        )
+        if checkpoint.tree_size < 0 or len(checkpoint.root_hash) != 32:
+            raise ValueError("tree_size or root_hash out of range")
+        embedded = Ed25519PublicKey.from_public_bytes(checkpoint.public_key)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+        raise CheckpointError(
+            f"{path} is not a turnledger checkpoint ({type(error).__name__}: {error})"
+        ) from None
+    key = trusted or embedded
+    if trusted is not None and public_bytes(trusted) != checkpoint.public_key:
+        key_id = hashlib.sha256(checkpoint.public_key).hexdigest()[:16]
+        raise CheckpointError(
+            f"{path} is signed by key {key_id}, not by the configured audit key"
+        )
+    try:
+        key.verify(checkpoint.signature, checkpoint.signed_bytes())
+    except InvalidSignature:
+        raise CheckpointError(f"{path}: the signature does not verify") from None
+    return checkpoint
+
+
+def checkpoint_files(directory: Path) -> list[Path]:
+    return sorted(directory.glob("checkpoint-*.json"))
+
+
+def newest_checkpoint(
+    location: Path, trusted: Ed25519PublicKey | None = None
+) -> Checkpoint:
+    """The checkpoint in a file, or the newest (largest, then latest) in a directory."""
+    if location.is_dir():
+        files = checkpoint_files(location)
+        if not files:
+            raise CheckpointError(f"{location} holds no checkpoint-*.json file")
+        checkpoints = [read_checkpoint(path, trusted) for path in files]
+        return max(checkpoints, key=lambda c: (c.tree_size, c.timestamp))
+    if not location.exists():
+        raise CheckpointError(f"{location} does not exist")
+    return read_checkpoint(location, trusted)
+
+
+def read_leaves_file(directory: Path, count: int | None = None) -> list[bytes]:
+    path = directory / LEAVES_FILE
+    if not path.exists():
+        return []
+    with path.open("rb") as handle:
+        data = handle.read() if count is None else handle.read(count * 32)
+    return [data[at : at + 32] for at in range(0, len(data) - len(data) % 32, 32)]
+
+
+def _append_leaves_file(directory: Path, store: LeafStore, followed: Followed) -> None:
+    """Bring leaves.bin up to the tree's size: the leaves just followed, or
+    (a new directory, a crash between two writes) from the tree cache."""
+    path = directory / LEAVES_FILE
+    size = followed.frontier.size
+    have = path.stat().st_size // 32 if path.exists() else 0
+    with path.open("ab") as handle:
+        handle.truncate(have * 32)  # a torn record from a crash
+        handle.seek(have * 32)
+        if have >= followed.first_new:
+            handle.write(b"".join(followed.new_leaves[have - followed.first_new :]))
+            have = size
+        step = 10_000
+        for start in range(have, size, step):
+            inputs = store.leaf_inputs(start, min(size, start + step))
+            handle.write(b"".join(leaf_hash(data) for data in inputs))
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    temporary = path.with_name(path.name + ".tmp")
+    with temporary.open("w") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    temporary.replace(path)
+
+
+class LogInconsistentError(CheckpointError):
+    """Raised when the log no longer extends the newest checkpoint in a directory."""
+
+
+class CheckpointWriter:
+    """Writes checkpoints of one store into one directory, keeping connections.
+
+    For the serve process: build one, call `write()` periodically, `close()`
+    at shutdown. Each write follows the log (O(k log n) for k new events),
+    refuses (LogInconsistentError) when the tree no longer extends the newest
+    checkpoint in the directory, so a checkpoint writer is also a monitor,
+    then appends leaves.bin and signs.
+    """
+
+    def __init__(
+        self, ledger: Conversations | None, settings: Settings, out_dir: Path
+    ) -> None:
+        self._key = signing_key(settings)
+        self._settings = settings
+        self._out_dir = out_dir
+        out_dir.mkdir(parents=True, exist_ok=True)
+        self._previous = self._newest()
+        self._log = open_raw_log(settings, ledger)
+        try:
+            self._store = open_leaf_store(settings, ledger)
+        except BaseException:
+            self._log.close()
+            raise
+
+    def _newest(self) -> Checkpoint | None:
+        files = checkpoint_files(self._out_dir)
+        if not files:
+            return None
+        # Names sort by size, then time (zero-padded): the last is the newest
+        # this key wrote. A file there that this key did not sign stops the
+        # writer (CheckpointError) rather than being built upon.
+        return read_checkpoint(files[-1], self._key.public_key())
+
+    def write(self, *, skip_unchanged: bool = False) -> Checkpoint:
+        """Sign the log as it is now; with `skip_unchanged`, return the newest
+        checkpoint instead when no event was added since it."""
+        followed = follow(self._log, self._store)
+        size = followed.frontier.size
+        previous = self._previous
+        if previous is not None and not _extends(previous, size, self._store):
+            raise LogInconsistentError(
+                f"the log of {size} events, as the tree cache holds it, does not "
+                f"extend checkpoint {previous.path} ({previous.tree_size} events): "
+                f"run `turnledger audit --checkpoint {self._out_dir}` to locate the "
+                "change (if it passes, only the cache was altered: drop it and it "
+                "is rebuilt from the rows)"
+            )
+        if skip_unchanged and previous is not None and previous.tree_size == size:
+            return previous
+        tree_root = followed.frontier.root()
+        _append_leaves_file(self._out_dir, self._store, followed)
+        timestamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        origin = store_origin(self._settings)
+        message = signed_message(origin, size, tree_root.hex(), timestamp)
+        path = (
+            self._out_dir / f"checkpoint-{size:015d}-{timestamp.replace(':', '')}.json"
+        )
+        checkpoint = Checkpoint(
+            origin=origin,
+            tree_size=size,
+            root_hash=tree_root,
+            timestamp=timestamp,
+            public_key=public_bytes(self._key.public_key()),
+            signature=self._key.sign(message),
+            path=path,
+        )
+        _write_atomically(path, json.dumps(checkpoint.to_json(), indent=2) + "\n")
+        self._previous = checkpoint
+        return checkpoint
+
+    def close(self) -> None:
+        self._log.close()
+        if self._settings.persistence != "memory":
+            self._store.close()
+
+
+def write_checkpoint(
+    ledger: Conversations | None, settings: Settings, out_dir: Path
+) -> Checkpoint:
+    """Follow the log, then sign and write one checkpoint of it into `out_dir`."""
+    writer = CheckpointWriter(ledger, settings, out_dir)
+    try:
+        return writer.write()
+    finally:
+        writer.close()
+
+
+def _extends(previous: Checkpoint, size: int, store: LeafStore) -> bool:
+    return previous.tree_size <= size and (
+        root(previous.tree_size, store.read_nodes) == previous.root_hash
+    )
+
+
+def checkpoint_periodically(
+    ledger: Conversations | None, settings: Settings, stop: threading.Event
+) -> None:
+    """Write a checkpoint into TURNLEDGER_AUDIT_CHECKPOINT_DIR every
+    TURNLEDGER_AUDIT_CHECKPOINT_INTERVAL_SECONDS until `stop` is set; a round
+    that finds no new event writes nothing.
+
+    For the service, in a thread of its own. A refused checkpoint (the log no
+    longer extends the last one) is logged as an error on every round and
+    never overwritten: the evidence stays as it was.
+    """
+    if settings.audit_checkpoint_dir is None:
+        return
+    writer = CheckpointWriter(ledger, settings, settings.audit_checkpoint_dir)
+    try:
+        while True:
+            try:
+                writer.write(skip_unchanged=True)
+            except LogInconsistentError as error:
+                _log.error("checkpoint refused: %s", error)
+            except Exception:  # noqa: BLE001 - keep serving; try again next round
+                _log.exception("checkpoint failed")
+            if stop.wait(settings.audit_checkpoint_interval_seconds):
+                return
+    finally:
+        writer.close()

@@ -1,0 +1,175 @@
+"""The event log's rows read as stored, cell by cell, on every store.
+
+The library's recorders decode as they read (a UUID from SQLite's text, UTF-8
+topics) and skip positions at or below zero; a hand-edited row then raises or
+vanishes. These readers return every row, with any notification id, and every
+cell as it is (`InvalidText` for SQLite text that is not UTF-8), so the audit
+can report a malformed row instead of stopping at it. They only read: SQLite
+is opened read-only, PostgreSQL in a read-only transaction.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator
+from queue import Empty, Queue
+from typing import Any
+from uuid import UUID
+
+import psycopg
+from psycopg import sql
+
+from turnledger.domain.application import Conversations
+from turnledger.domain.transparency import InvalidText, RawLog, RawRow, RecorderLog
+from turnledger.infra.settings import Settings
+
+PAGE = 5000
+EVENTS_TABLE = "conversations_events"  # the library names it after the application
+
+
+_SQLITE_COLUMNS = (
+    "SELECT rowid, originator_id, originator_version, topic, state, "
+    "typeof(originator_id), typeof(topic), typeof(state) FROM stored_events "
+)
+
+
+def _sqlite_text(value: Any, kind: bytes) -> Any:
+    if kind != b"text":
+        return value
+    try:
+        return bytes(value).decode("utf-8")
+    except UnicodeDecodeError:
+        return InvalidText(bytes(value))
+
+
+class SQLiteRawLog:
+    def __init__(self, path: str) -> None:
+        self._connection = sqlite3.connect(
+            f"file:{path}?mode=ro", uri=True, check_same_thread=False, timeout=30
+        )
+        # Text comes back as bytes, so a non-UTF-8 cell cannot stop the read.
+        self._connection.text_factory = bytes
+
+    def _read(self, statement: str, params: tuple[Any, ...]) -> list[RawRow]:
+        rows = self._connection.execute(statement, params).fetchall()
+        self._connection.commit()  # end the read transaction: see new rows next time
+        return [
+            RawRow(
+                notification_id=row[0],
+                originator_id=_sqlite_text(row[1], row[5]),
+                version=row[2],
+                topic=_sqlite_text(row[3], row[6]),
+                state=_sqlite_text(row[4], row[7]),
+            )
+            for row in rows
+        ]
+
+    def rows(self, after: int | None, limit: int) -> list[RawRow]:
+        if after is None:
+            return self._read(_SQLITE_COLUMNS + "ORDER BY rowid LIMIT ?", (limit,))
+        return self._read(
+            _SQLITE_COLUMNS + "WHERE rowid > ? ORDER BY rowid LIMIT ?", (after, limit)
+        )
+
+    def rows_of(self, conversation_id: UUID) -> list[RawRow]:
+        return self._read(
+            _SQLITE_COLUMNS + "WHERE originator_id = ? ORDER BY rowid",
+            (conversation_id.hex,),
+        )
+
+    def close(self) -> None:
+        self._connection.close()
+
+
+class PostgresRawLog:
+    def __init__(self, conninfo: str, schema: str) -> None:
+        self._connection = psycopg.connect(conninfo, autocommit=True)
+        self._connection.read_only = True
+        self._table = sql.Identifier(schema, EVENTS_TABLE)
+        self._columns = sql.SQL(
+            "SELECT notification_id, originator_id, originator_version, topic, state "
+            "FROM {} "
+        ).format(self._table)
+
+    def _read(self, statement: sql.Composed, params: tuple[Any, ...]) -> list[RawRow]:
+        # Binary results: bytea arrives as bytes, not hex text to parse.
+        with self._connection.cursor(binary=True) as cursor:
+            rows = cursor.execute(statement, params).fetchall()
+        return list(map(RawRow._make, rows))
+
+    def rows(self, after: int | None, limit: int) -> list[RawRow]:
+        if after is None:
+            return self._read(
+                self._columns + sql.SQL("ORDER BY notification_id LIMIT %s"), (limit,)
+            )
+        return self._read(
+            self._columns
+            + sql.SQL("WHERE notification_id > %s ORDER BY notification_id LIMIT %s"),
+            (after, limit),
+        )
+
+    def pages(self, page_size: int) -> Iterator[list[RawRow]]:
+        """The whole log, the next page read while the caller works on this one.
+
+        The server and the network work while the caller hashes (PostgreSQL
+        runs in its own process); one query at a time on the connection.
+        """
+        queue: Queue[list[RawRow] | BaseException | None] = Queue(maxsize=2)
+        stop = threading.Event()
+
+        def read() -> None:
+            after: int | None = None
+            try:
+                while not stop.is_set():
+                    page = self.rows(after, page_size)
+                    queue.put(page or None)
+                    if not page:
+                        return
+                    after = page[-1].notification_id
+            except BaseException as error:  # noqa: BLE001 - handed to the caller
+                queue.put(error)
+
+        reader = threading.Thread(target=read, name="raw-log-prefetch", daemon=True)
+        reader.start()
+        try:
+            while True:
+                item = queue.get()
+                if item is None:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            stop.set()
+            while reader.is_alive():  # let a blocked put finish, then the thread
+                try:
+                    queue.get(timeout=0.05)
+                except Empty:
+                    continue
+            reader.join()
+
+    def rows_of(self, conversation_id: UUID) -> list[RawRow]:
+        return self._read(
+            self._columns
+            + sql.SQL("WHERE originator_id = %s ORDER BY notification_id"),
+            (conversation_id,),
+        )
+
+    def close(self) -> None:
+        self._connection.close()
+
+
+def open_raw_log(settings: Settings, ledger: Conversations | None = None) -> RawLog:
+    """A raw reader of the store these settings name (memory needs its ledger)."""
+    match settings.persistence:
+        case "sqlite":
+            return SQLiteRawLog(str(settings.sqlite_events_path))
+        case "postgres":
+            return PostgresRawLog(
+                settings.postgres_conninfo(), settings.postgres_schema
+            )
+        case "memory":
+            if ledger is None:
+                raise ValueError("the in-memory store is read through its ledger")
+            return RecorderLog(ledger.recorder)

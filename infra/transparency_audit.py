@@ -1,0 +1,117 @@
+"""The audit over a real store: raw rows, chains, receipts and a signed checkpoint.
+
+One read of the log serves the chain pass and the transparency log: every
+row's leaf is computed as the chain pass reads it, then the leaves are
+compared with the newest checkpoint (infra/checkpoint.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+from turnledger.domain.application import Conversations
+from turnledger.domain.audit import Anchor, Auditor, AuditReport
+from turnledger.domain.transparency import pages, row_leaf
+from turnledger.infra.checkpoint import Checkpoint, newest_checkpoint
+from turnledger.infra.checkpoint_compare import compare_with_checkpoint
+from turnledger.infra.merkle_store import open_leaf_store
+from turnledger.infra.raw_log import open_raw_log
+from turnledger.infra.settings import Settings
+from turnledger.infra.signing import trusted_public_key
+
+Progress = Callable[[str, int], AbstractContextManager[Callable[[int], None]]]
+
+
+@contextmanager
+def _quiet(label: str, total: int) -> Iterator[Callable[[int], None]]:
+    yield lambda count: None
+
+
+def audit_store(
+    ledger: Conversations,
+    settings: Settings,
+    *,
+    conversation_id: UUID | None = None,
+    receipts: bool = True,
+    anchors: Mapping[UUID, Anchor] | None = None,
+    checkpoint: Checkpoint | None = None,
+    checkpoint_location: Path | None = None,
+    progress: Progress = _quiet,
+    read_side: bool = True,
+) -> AuditReport:
+    """Audit the store the settings name, reading its rows as stored.
+
+    With a `checkpoint`, the log must be a consistent extension of it; every
+    difference is reported as a finding naming the event.
+    """
+    log = open_raw_log(settings, ledger)
+    try:
+        auditor = Auditor(ledger, raw_log=log, page_size=5000)
+        collect = checkpoint is not None and conversation_id is None
+        if collect:
+            auditor.leaves = []
+        with progress("auditing events", auditor.total_events(conversation_id)) as tick:
+            auditor.progress = tick
+            report = auditor.audit(
+                conversation_id, receipts=receipts, anchors=anchors, read_side=read_side
+            )
+        if checkpoint is None:
+            return report
+        leaves, ids = auditor.leaves or [], auditor.leaf_positions
+        if not collect:  # one conversation audited: the log still needs reading
+            leaves, ids = [], []
+            for page in pages(log, 5000):
+                leaves.extend(row_leaf(row) for row in page)
+                ids.extend(row.notification_id for row in page)
+        store = _open_cache(settings, ledger)
+        try:
+            report.log_findings.extend(
+                compare_with_checkpoint(
+                    leaves,
+                    ids,
+                    checkpoint,
+                    log=log,
+                    store=store,
+                    directory=_directory_of(checkpoint, checkpoint_location),
+                )
+            )
+        finally:
+            if store is not None and settings.persistence != "memory":
+                store.close()
+        report.checkpoint = {**checkpoint.summary(), "log_events": len(leaves)}
+        return report
+    finally:
+        log.close()
+
+
+def _directory_of(checkpoint: Checkpoint, location: Path | None) -> Path | None:
+    if location is not None and location.is_dir():
+        return location
+    return None if checkpoint.path is None else checkpoint.path.parent
+
+
+def _open_cache(settings: Settings, ledger: Conversations) -> Any:
+    """The tree cache if it is there; the audit never creates it."""
+    if (
+        settings.persistence == "sqlite"
+        and not (settings.data_dir / "merkle.sqlite3").exists()
+    ):
+        return None
+    try:
+        return open_leaf_store(settings, ledger, create=False)
+    except Exception:  # noqa: BLE001 - without a cache, leaves.bin still locates
+        return None
+
+
+def audit_against_checkpoint(
+    ledger: Conversations, settings: Settings, location: Path
+) -> AuditReport:
+    """The whole audit, checked against the newest checkpoint at `location`."""
+    checkpoint = newest_checkpoint(location, trusted_public_key(settings))
+    return audit_store(
+        ledger, settings, checkpoint=checkpoint, checkpoint_location=location
+    )
