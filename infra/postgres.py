@@ -326,8 +326,11 @@ _READ_SIDE_DDL = [
     " answer_chars integer,"
     ' status "char" NOT NULL,'
     " turn_id text NOT NULL,"
-    " PRIMARY KEY (conversation_id, position),"
-    " UNIQUE (conversation_id, turn_id))",
+    # Checked at commit: a violation then fails the whole transaction as an
+    # integrity error, where an immediate one would abort the pipeline the
+    # library writes the events in, and surface as "pipeline aborted".
+    " PRIMARY KEY (conversation_id, position) DEFERRABLE INITIALLY DEFERRED,"
+    " UNIQUE (conversation_id, turn_id) DEFERRABLE INITIALLY DEFERRED)",
     "CREATE TABLE IF NOT EXISTS {schema}.conversation_folds ("
     " conversation_id uuid NOT NULL,"
     " fold_id text NOT NULL,"
@@ -340,7 +343,7 @@ _READ_SIDE_DDL = [
     " summary_json_bytes integer,"
     " summary_chars integer,"
     " withdrawn_version bigint,"
-    " PRIMARY KEY (conversation_id, fold_id))",
+    " PRIMARY KEY (conversation_id, fold_id) DEFERRABLE INITIALLY DEFERRED)",
 ]
 _READ_SIDE_TABLES = ("conversation_heads", "conversation_turns", "conversation_folds")
 
@@ -403,9 +406,11 @@ class PostgresReadSideRecorder(PostgresApplicationRecorder):
             for statement in self._quiet_key_statements():
                 curs.execute(statement)
             curs.executemany(
+                # A key already there means a duplicate turn: the turn row's
+                # unique key refuses the transaction at commit.
                 sql.SQL(
                     "INSERT INTO {} (conversation_id, turn_id, wrapped_key) "
-                    "VALUES (%s, %s, %s)"
+                    "VALUES (%s, %s, %s) ON CONFLICT DO NOTHING"
                 ).format(self._table(KEY_TABLE)),
                 [(k.conversation_id, k.key_id, k.wrapped) for k in new_keys],
             )
