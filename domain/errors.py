@@ -14,6 +14,7 @@
     ├── UnauthenticatedError         missing, unknown or revoked device token
     ├── FoldConflictError            a fold id is reused, or a fold would cover less
     ├── PurgeIncompleteError         a deletion is recorded but its purge must be re-run
+    ├── DatabaseUnavailableError     the database cannot be reached now: retry later
     └── WindowError                  a request window cannot be built
         └── MandatoryInputTooLargeError  system + current question exceed max_bytes
 
@@ -161,6 +162,14 @@ class PurgeIncompleteError(TurnLedgerError):
             "is no longer served, but destroying its keys failed; the purge completes "
             "on the next deletion, `turnledger purge` or start-up"
         )
+
+
+class DatabaseUnavailableError(TurnLedgerError):
+    """Raised when the database cannot be reached or does not answer in time."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"the database is unavailable ({reason}): retry later")
 
 
 class WindowError(TurnLedgerError):

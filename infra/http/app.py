@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from typing import Literal
 
 from fastapi import FastAPI
-from pydantic import BaseModel
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+from starlette.concurrency import run_in_threadpool
 
 from turnledger.domain.application import Conversations
 from turnledger.infra.devices import DeviceRegistry, open_device_registry
@@ -19,18 +24,43 @@ from turnledger.infra.http import (
     sync_routes,
 )
 from turnledger.infra.http.cursor import CursorCodec
+from turnledger.infra.http.database import (
+    DatabaseGuard,
+    DatabaseMonitor,
+    PostgresCheck,
+    install_outage_handlers,
+)
 from turnledger.infra.http.errors import install_error_handlers
 from turnledger.infra.http.limits import BodySizeLimit
-from turnledger.infra.http.notifier import HeadPoller, PostgresListener
+from turnledger.infra.http.notifier import LogFollower, Poller, PostgresListener
 from turnledger.infra.http.service import Service
 from turnledger.infra.persistence import master_key, open_conversations
 from turnledger.infra.settings import Settings
 
 API_VERSION = "1"
 
+# Routes that never touch the database: answered even while it is down.
+UNGUARDED_PATHS = frozenset(
+    {
+        "/v1/health",
+        "/v1/ready",
+        "/openapi.json",
+        "/docs",
+        "/docs/oauth2-redirect",
+        "/redoc",
+    }
+)
+
 
 class HealthOut(BaseModel):
-    status: str
+    status: Literal["ok"]
+
+
+class ReadyOut(BaseModel):
+    status: Literal["ready", "unavailable"]
+    database: Literal["available", "unavailable"]
+    database_since: datetime = Field(description="when the database was last found so")
+    reason: str | None = Field(description="why the database is unavailable")
 
 
 def create_app(
@@ -58,24 +88,48 @@ def create_app(
     )
 
     @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        service.signal.bind(asyncio.get_running_loop())
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        service.signals.bind(asyncio.get_running_loop())
+        follower = LogFollower(ledger, service.feed)
+        check: Callable[[], Awaitable[None]]
+        watcher: PostgresListener | Poller
         if settings.persistence == "postgres":
-            watcher: PostgresListener | HeadPoller = PostgresListener(
-                service.signal,
+            check = postgres_check = PostgresCheck(settings.postgres_conninfo())
+            watcher = PostgresListener(
+                service.signals,
+                follower,
                 settings.postgres_conninfo(),
-                channel=ledger.recorder.channel_name,  # type: ignore[attr-defined]
+                events_channel=ledger.recorder.channel_name,  # type: ignore[attr-defined]
+                devices_channel=registry.revocation_channel or "",
             )
         else:
-            watcher = HeadPoller(
-                service.signal,
-                service.feed.head_position,
+            postgres_check = None
+
+            async def check() -> None:
+                await run_in_threadpool(service.feed.head_position)
+
+            watcher = Poller(
+                service.signals,
+                follower,
+                registry,
                 interval=settings.sync_poll_interval_seconds,
             )
+        monitor = DatabaseMonitor(
+            check,
+            interval=settings.http_database_check_interval_seconds,
+            timeout=settings.http_database_timeout_seconds,
+        )
+        monitor.start()
+        app.state.database_monitor = monitor
         watcher.start()
         try:
             yield
         finally:
+            service.signals.close()
+            app.state.database_monitor = None
+            await monitor.stop()
+            if postgres_check is not None:
+                await postgres_check.close()
             watcher.stop()
             if owned_ledger:
                 ledger.close()
@@ -89,7 +143,9 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.service = service
+    app.state.database_monitor = None
     install_error_handlers(app)
+    install_outage_handlers(app, retry_after=settings.http_retry_after_seconds)
     app.include_router(conversation_routes.router)
     app.include_router(sync_routes.router)
     app.include_router(device_routes.router)
@@ -98,9 +154,48 @@ def create_app(
 
     @app.get("/v1/health", response_model=HealthOut, tags=["service"])
     def health() -> HealthOut:
+        """Liveness: the process answers. Says nothing about the database."""
         return HealthOut(status="ok")
 
-    app.add_middleware(BodySizeLimit, max_bytes=settings.http_max_body_bytes)
+    @app.get(
+        "/v1/ready",
+        response_model=ReadyOut,
+        tags=["service"],
+        responses={503: {"model": ReadyOut, "description": "the database is down"}},
+    )
+    async def ready() -> JSONResponse:
+        """Readiness: 200 while the database answers the service's checks, 503
+        (with Retry-After) while it does not."""
+        monitor: DatabaseMonitor | None = app.state.database_monitor
+        state = monitor.state if monitor is not None else None
+        available = state is None or state.available
+        body = ReadyOut(
+            status="ready" if available else "unavailable",
+            database="available" if available else "unavailable",
+            database_since=datetime.fromtimestamp(
+                state.since if state else time.time(), UTC
+            ),
+            reason=state.reason if state else None,
+        )
+        return JSONResponse(
+            body.model_dump(mode="json"),
+            status_code=200 if available else 503,
+            headers=None
+            if available
+            else {"Retry-After": str(settings.http_retry_after_seconds)},
+        )
+
+    app.add_middleware(
+        BodySizeLimit,
+        max_bytes=settings.http_max_body_bytes,
+        timeout=settings.http_body_timeout_seconds,
+    )
+    app.add_middleware(
+        DatabaseGuard,
+        monitor=lambda: app.state.database_monitor,
+        unguarded=UNGUARDED_PATHS,
+        retry_after=settings.http_retry_after_seconds,
+    )
     return app
 
 

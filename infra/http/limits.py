@@ -1,7 +1,8 @@
-"""A limit on request body size, enforced before anything parses the body."""
+"""Limits on the request body, size and time, enforced before anything parses it."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -10,15 +11,20 @@ from turnledger.infra.http.errors import error_response
 
 
 class BodySizeLimit:
-    """Reject bodies over `max_bytes` with 413, by Content-Length or by count.
+    """Reject bodies over `max_bytes` with 413, by Content-Length or by count,
+    and bodies not complete within `timeout` seconds with 408.
 
     The body is read in full (up to the limit) before the route runs, so a
-    route never sees a truncated body and never writes half of a request.
+    route never sees a truncated body and never writes half of a request. The
+    time limit runs from the first read of the body: a client that trickles
+    its body, or stops sending it, is answered and disconnected instead of
+    holding a connection and a buffer for as long as it likes.
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, timeout: float) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.timeout = timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -30,8 +36,14 @@ class BodySizeLimit:
             return
         chunks: list[bytes] = []
         size = 0
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout
         while True:
-            message = await receive()
+            try:
+                message = await asyncio.wait_for(receive(), deadline - loop.time())
+            except TimeoutError:
+                await self._time_out(scope, receive, send)
+                return
             if message["type"] == "http.disconnect":
                 return
             chunk = message.get("body", b"")
@@ -60,6 +72,18 @@ class BodySizeLimit:
             "body_too_large",
             f"the request body is over the {self.max_bytes}-byte limit "
             "(TURNLEDGER_HTTP_MAX_BODY_BYTES)",
+            # The rest of the body is not read: the connection cannot be reused.
+            headers={"Connection": "close"},
+        )
+        await response(scope, receive, send)
+
+    async def _time_out(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = error_response(
+            408,
+            "body_timeout",
+            f"the request body did not arrive within {self.timeout:g} s "
+            "(TURNLEDGER_HTTP_BODY_TIMEOUT_SECONDS)",
+            headers={"Connection": "close"},
         )
         await response(scope, receive, send)
 
