@@ -31,7 +31,7 @@ from turnledger.infra.http.database import (
     install_outage_handlers,
 )
 from turnledger.infra.http.errors import install_error_handlers
-from turnledger.infra.http.limits import BodySizeLimit
+from turnledger.infra.http.limits import BodySizeLimit, HeadSizeLimit
 from turnledger.infra.http.notifier import LogFollower, Poller, PostgresListener
 from turnledger.infra.http.service import Service
 from turnledger.infra.persistence import master_key, open_conversations
@@ -195,6 +195,11 @@ def create_app(
         monitor=lambda: app.state.database_monitor,
         unguarded=UNGUARDED_PATHS,
         retry_after=settings.http_retry_after_seconds,
+    )
+    app.add_middleware(
+        HeadSizeLimit,
+        max_line=settings.http_max_request_line_bytes,
+        max_head=settings.http_max_header_bytes,
     )
     return app
 

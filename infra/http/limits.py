@@ -96,3 +96,48 @@ def _content_length(scope: dict[str, Any]) -> int | None:
             except ValueError:
                 return None
     return None
+
+
+class HeadSizeLimit:
+    """Refuse a request line over `max_line` bytes (414) or a request head over
+    `max_head` bytes (431), measured as sent on the wire.
+
+    The protocol (infra/http/protocol.py) cuts heads that are still arriving;
+    this catches the ones that arrived complete in a single read.
+    """
+
+    def __init__(self, app: ASGIApp, max_line: int, max_head: int) -> None:
+        self.app = app
+        self.max_line = max_line
+        self.max_head = max_head
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        query = scope.get("query_string", b"")
+        target = len(scope.get("raw_path") or scope["path"].encode()) + (
+            len(query) + 1 if query else 0
+        )
+        line = len(scope["method"]) + 1 + target + len(" HTTP/1.1")
+        head = line + 4 + sum(len(n) + len(v) + 4 for n, v in scope["headers"])
+        if line > self.max_line:
+            response = error_response(
+                414,
+                "request_line_too_long",
+                f"the request line is over {self.max_line} bytes "
+                "(TURNLEDGER_HTTP_MAX_REQUEST_LINE_BYTES)",
+                headers={"Connection": "close"},
+            )
+        elif head > self.max_head:
+            response = error_response(
+                431,
+                "headers_too_large",
+                f"the request head is over {self.max_head} bytes "
+                "(TURNLEDGER_HTTP_MAX_HEADER_BYTES)",
+                headers={"Connection": "close"},
+            )
+        else:
+            await self.app(scope, receive, send)
+            return
+        await response(scope, receive, send)

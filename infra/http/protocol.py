@@ -8,7 +8,8 @@ h11's public `trailing_data`: a request line over
 TURNLEDGER_HTTP_MAX_REQUEST_LINE_BYTES is answered 414, a head over
 TURNLEDGER_HTTP_MAX_HEADER_BYTES 431, and a head not complete within
 TURNLEDGER_HTTP_HEADER_TIMEOUT_SECONDS of its first byte (or of the
-connection) 408; each then closes the connection. Other clients are served
+connection) 408; each then closes the connection. A head that arrives whole in
+one read is measured by the HeadSizeLimit middleware instead. Other clients are served
 all along: nothing waits on the slow or oversized one.
 """
 
@@ -33,7 +34,7 @@ from turnledger.infra.settings import Settings
 # with unread data resets it, and the client could lose the answer.
 _LINGER_SECONDS = 1.0
 # h11's own limit is only a backstop: the checks here run after every read.
-_H11_SLACK_BYTES = 4 * 1_048_576
+_H11_SLACK_BYTES = 1_048_576
 
 
 @functools.cache

@@ -12,6 +12,7 @@ import os
 import pwd
 import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -44,13 +45,17 @@ class PrivateCluster:
         return f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres"
 
     def _ctl(self, *arguments: str) -> None:
-        subprocess.run(
+        done = subprocess.run(
             _as_postgres([str(BIN / "pg_ctl"), "-D", str(self.data), *arguments]),
-            check=True,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            capture_output=True,
             timeout=60,
         )
+        if done.returncode:
+            log = self.directory / "postgres.log"
+            raise RuntimeError(
+                f"pg_ctl {' '.join(arguments)}: {done.stderr.decode()}\n"
+                + (log.read_text() if log.exists() else "")
+            )
 
     def start(self) -> None:
         self._ctl(
@@ -92,38 +97,37 @@ def _free_port() -> int:
 
 
 @contextmanager
-def private_cluster(base: Path) -> Iterator[PrivateCluster]:
-    """An initialised, running cluster; stopped and deleted afterwards."""
-    directory = base / "pg"
-    directory.mkdir()
+def private_cluster() -> Iterator[PrivateCluster]:
+    """An initialised, running cluster; stopped and deleted afterwards.
+
+    It lives in a directory of its own under the system temp dir, not under
+    pytest's (which pytest keeps private to its user, out of the postgres
+    user's reach).
+    """
+    directory = Path(tempfile.mkdtemp(prefix="turnledger-pg-"))
     if os.geteuid() == 0:
         owner = pwd.getpwnam("postgres")
         os.chown(directory, owner.pw_uid, owner.pw_gid)
-        # The postgres user must be able to reach the directory through its parents.
-        for parent in directory.parents:
-            if parent == Path("/"):
-                break
-            parent.chmod(parent.stat().st_mode | 0o011)
-    subprocess.run(
-        _as_postgres(
-            [
-                str(BIN / "initdb"),
-                "-D",
-                str(directory / "data"),
-                "-U",
-                "postgres",
-                "--auth=trust",
-                "--no-sync",
-            ]
-        ),
-        check=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        timeout=120,
-    )
     cluster = PrivateCluster(directory, _free_port())
-    cluster.start()
     try:
+        subprocess.run(
+            _as_postgres(
+                [
+                    str(BIN / "initdb"),
+                    "-D",
+                    str(cluster.data),
+                    "-U",
+                    "postgres",
+                    "--auth=trust",
+                    "--no-sync",
+                ]
+            ),
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=120,
+        )
+        cluster.start()
         yield cluster
     finally:
         if cluster.running():
