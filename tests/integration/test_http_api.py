@@ -633,3 +633,44 @@ def test_a_retried_keyed_start_reports_the_conversations_current_version(
         json={"question": "q", "answer": "a", "expected_version": 2},
     )
     assert built.status_code == 200, built.text
+
+
+def test_a_write_wakes_only_its_own_users_long_polls(api: Api) -> None:
+    """Idle long-polls of other users are not woken, so they read nothing."""
+    service = api.http.app.state.service  # type: ignore[attr-defined]
+    reads: dict[str, int] = {}
+    changes_since = service.feed.changes_since
+
+    def counting(owner_id: str, position: int, **kwargs: Any) -> Any:
+        reads[owner_id] = reads.get(owner_id, 0) + 1
+        return changes_since(owner_id, position, **kwargs)
+
+    service.feed.changes_since = counting
+    bob = {"Authorization": f"Bearer {service.registry.add('bob', 'b').token}"}
+    carol = {"Authorization": f"Bearer {service.registry.add('carol', 'c').token}"}
+    answers: list[Any] = []
+
+    def long_poll(headers: dict[str, str]) -> None:
+        answers.append(
+            api.http.get("/v1/sync", headers=headers, params={"timeout": 2}).json()
+        )
+
+    waiting = [threading.Thread(target=long_poll, args=(h,)) for h in (bob, carol)]
+    for thread in waiting:
+        thread.start()
+    time.sleep(0.3)
+    for n in range(10):
+        put = api.http.put(
+            turn_url(api, f"w{n}"),
+            headers=api.auth,
+            json={"question": "q", "answer": "a"},
+        )
+        assert put.status_code == 200
+        time.sleep(0.02)
+    for thread in waiting:
+        thread.join(timeout=10)
+    assert [answer["changes"] for answer in answers] == [[], []]
+    # One read when each long-poll began and one when it timed out: none of
+    # alice's ten writes made bob or carol read the log.
+    assert reads["bob"] == 2, reads
+    assert reads["carol"] == 2, reads
