@@ -6,7 +6,7 @@ import argparse
 import math
 from typing import Any
 
-from turnledger.domain.errors import InvalidInputError
+from turnledger.domain.errors import DatabaseUnavailableError, InvalidInputError
 from turnledger.infra.http.protocol import h11_max_incomplete_event_size
 from turnledger.infra.settings import Settings
 
@@ -40,6 +40,8 @@ def run(arguments: argparse.Namespace) -> int:
         raise InvalidInputError(
             "--workers", "the memory store lives in one process: use 1, or SQLite"
         )
+    if settings.persistence == "postgres":
+        _check_database(settings)
     uvicorn.run(
         "turnledger.infra.http.app:app_from_environment",
         factory=True,
@@ -56,3 +58,16 @@ def run(arguments: argparse.Namespace) -> int:
         timeout_graceful_shutdown=math.ceil(settings.http_shutdown_timeout_seconds),
     )
     return 0
+
+
+def _check_database(settings: Settings) -> None:
+    """Refuse to start, with a one-line reason, when the database is unreachable."""
+    import psycopg
+
+    try:
+        psycopg.connect(settings.postgres_conninfo()).close()
+    except psycopg.Error as error:
+        reason = str(error).strip().splitlines()
+        raise DatabaseUnavailableError(
+            reason[0] if reason else "cannot connect"
+        ) from None

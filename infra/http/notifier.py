@@ -26,7 +26,7 @@ import threading
 import weakref
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
 import psycopg
@@ -40,6 +40,7 @@ from turnledger.infra.devices import DeviceRegistry
 logger = logging.getLogger(__name__)
 
 _LOG_PAGE = 500
+_REVOCATION_OVERLAP = timedelta(seconds=5)
 
 
 class LongPollLimitError(TurnLedgerError):
@@ -278,14 +279,22 @@ class Poller(_Watcher):
         self._interval = interval
 
     def _run(self) -> None:
-        since = datetime.now(UTC)
+        # Revocations are read with an overlap, as a revocation may commit a
+        # little after the time it records; those already seen are skipped.
+        seen: dict[str, datetime] = {}
         while not self._stopped.wait(self._interval):
             try:
                 users = self._follower.changed_owners()
                 now = datetime.now(UTC)
-                revoked = self._registry.revoked_since(since)
-                since = now
+                revoked = self._registry.revoked_since(now - _REVOCATION_OVERLAP)
             except Exception as error:  # a transient database error: try again
                 logger.warning("sync poller could not read the log: %s", error)
                 continue
-            self._signals.fire(users | {device.user_id for device in revoked})
+            for device in revoked:
+                if device.device_id not in seen and device.revoked_at is not None:
+                    seen[device.device_id] = device.revoked_at
+                    users.add(device.user_id)
+            for device_id, at in list(seen.items()):
+                if at < now - 2 * _REVOCATION_OVERLAP:
+                    del seen[device_id]
+            self._signals.fire(users)

@@ -20,12 +20,19 @@ import pytest
 
 from tests.e2e.conftest import Server, client
 from tests.e2e.replica import Replica
+from turnledger.infra.settings import Settings
 
 pytestmark = pytest.mark.postgres
 
 PROCESSES = 3
 USERS = {"alice": 4, "bob": 2}
 STEPS_PER_DEVICE = 40
+
+
+@pytest.fixture
+def service_settings(postgres_settings: Settings) -> Settings:
+    # Three processes share the database server with other tests: small pools.
+    return postgres_settings.model_copy(update={"postgres_pool_size": 3})
 
 
 @dataclass
@@ -142,14 +149,14 @@ def test_three_processes_with_devices_moving_at_random_converge(
         for conversation, turns in reference.turns.items():
             # Nothing but what was acknowledged, and every deletion applied.
             assert set(turns) == {t for c, t in acknowledged if c == conversation}
-            history = mine[0].any_process().get(
-                f"/v1/conversations/{conversation}/turns", params={"limit": 500}
+            history = (
+                mine[0]
+                .any_process()
+                .get(f"/v1/conversations/{conversation}/turns", params={"limit": 500})
             )
             items = history.json()["items"]
             assert [i["turn_id"] for i in items] == list(turns)
-            assert {
-                i["turn_id"]: (i["question"], i["answer"]) for i in items
-            } == turns
+            assert {i["turn_id"]: (i["question"], i["answer"]) for i in items} == turns
     for device in devices:
         for http in device.clients:
             http.close()
