@@ -205,12 +205,23 @@ def open_idle_long_polls(base_url: str, tokens: list[str]) -> list[socket.socket
     return sockets
 
 
+def wait_until_idle(pid: int, limit: float = 120.0) -> None:
+    """Wait until the process uses under 5 % of a core for half a second."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        before = cpu_seconds(pid)
+        time.sleep(0.5)
+        if cpu_seconds(pid) - before < 0.025:
+            return
+    raise SystemExit("the service never went idle")
+
+
 def cpu_per_write(
     process: subprocess.Popen[bytes], base_url: str, token: str, writes: int
 ) -> float:
     """Server CPU seconds per confirmed turn, one writer, sequential writes."""
     writer = httpx.Client(
-        base_url=base_url, headers={"Authorization": f"Bearer {token}"}
+        base_url=base_url, headers={"Authorization": f"Bearer {token}"}, timeout=60
     )
     conversation = writer.post("/v1/conversations").json()["conversation_id"]
     for n in range(20):  # warm up: caches, pools
@@ -292,7 +303,7 @@ def main() -> int:
         cpu: dict[int, float] = {}
         for count in idle_counts:
             idle = open_idle_long_polls(base_url, idle_tokens[:count])
-            time.sleep(1.0 + count / 500)  # every one of them is waiting
+            wait_until_idle(process.pid)  # every one of them is waiting
             cpu[count] = cpu_per_write(
                 process, base_url, tokens[2], arguments.cpu_writes
             )
