@@ -100,7 +100,7 @@ def create_app(
                 follower,
                 settings.postgres_conninfo(),
                 events_channel=ledger.recorder.channel_name,  # type: ignore[attr-defined]
-                devices_channel=registry.revocation_channel or "",
+                devices_channel=registry.revocation_channel,
             )
         else:
             postgres_check = None
@@ -153,8 +153,10 @@ def create_app(
     app.include_router(fold_routes.router)
 
     @app.get("/v1/health", response_model=HealthOut, tags=["service"])
-    def health() -> HealthOut:
-        """Liveness: the process answers. Says nothing about the database."""
+    async def health() -> HealthOut:
+        """Liveness: the process answers. Says nothing about the database.
+
+        `async`, so it is answered even when every worker thread is busy."""
         return HealthOut(status="ok")
 
     @app.get(

@@ -83,6 +83,7 @@ class DatabaseMonitor:
         self._poked = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
 
     @property
     def state(self) -> Availability:
@@ -101,10 +102,15 @@ class DatabaseMonitor:
         self._task = self._loop.create_task(self._run(), name="database-monitor")
 
     async def stop(self) -> None:
+        # Asked to stop rather than cancelled: on Python 3.11, cancelling a task
+        # inside asyncio.wait_for can be swallowed when the inner wait ends at
+        # the same moment, and the task would then never end.
+        self._stopping = True
+        self._poked.set()
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            done, _ = await asyncio.wait({self._task}, timeout=self._timeout + 1)
+            if not done:
+                self._task.cancel()
 
     def poke(self) -> None:
         """Check now: a request has just failed on the database."""
@@ -144,7 +150,7 @@ class DatabaseMonitor:
             self._went_down.set()
 
     async def _run(self) -> None:
-        while True:
+        while not self._stopping:
             await self.check_now()
             # Look more often while down, so service resumes promptly.
             interval = self._interval if self.available else min(self._interval, 0.2)

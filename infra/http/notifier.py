@@ -225,7 +225,7 @@ class PostgresListener(_Watcher):
         conninfo: str,
         *,
         events_channel: str,
-        devices_channel: str,
+        devices_channel: str | None,
     ) -> None:
         super().__init__(signals)
         self._follower = follower
@@ -234,20 +234,27 @@ class PostgresListener(_Watcher):
         self._devices_channel = devices_channel
 
     def _run(self) -> None:
+        failing = False
         while not self._stopped.is_set():
             try:
                 with psycopg.connect(self._conninfo, autocommit=True) as connection:
                     for channel in (self._events_channel, self._devices_channel):
-                        connection.execute(
-                            sql.SQL("LISTEN {}").format(sql.Identifier(channel))
-                        )
+                        if channel:
+                            connection.execute(
+                                sql.SQL("LISTEN {}").format(sql.Identifier(channel))
+                            )
                     # Anything may have been written while (re)connecting.
                     self._follower.changed_owners()
                     self._signals.fire_all()
+                    if failing:
+                        logger.warning("sync listener connected again")
+                        failing = False
                     while not self._stopped.is_set():
                         self._serve(connection)
             except Exception as error:  # a lost connection or a failed read
-                logger.warning("sync listener lost its connection: %s", error)
+                if not failing:  # once per outage, not every half second
+                    logger.warning("sync listener lost its connection: %s", error)
+                    failing = True
                 self._signals.fire_all()
                 self._stopped.wait(0.5)
 

@@ -674,3 +674,12 @@ def test_a_write_wakes_only_its_own_users_long_polls(api: Api) -> None:
     # alice's ten writes made bob or carol read the log.
     assert reads["bob"] == 2, reads
     assert reads["carol"] == 2, reads
+
+
+def test_liveness_and_readiness_answer_without_a_token(api: Api) -> None:
+    assert api.http.get("/v1/health").json() == {"status": "ok"}
+    ready = api.http.get("/v1/ready")
+    assert ready.status_code == 200
+    assert ready.json()["status"] == "ready"
+    assert ready.json()["database"] == "available"
+    assert "/v1/ready" in api.http.get("/openapi.json").json()["paths"]
