@@ -102,7 +102,12 @@ def start_server(
 
 
 def measure_latency(
-    base_url: str, tokens: list[str], writes: int, poll_url: str | None = None
+    base_url: str,
+    tokens: list[str],
+    writes: int,
+    *,
+    label: str,
+    poll_url: str | None = None,
 ) -> dict[str, list[float]]:
     writer = httpx.Client(
         base_url=base_url, headers={"Authorization": f"Bearer {tokens[0]}"}
@@ -113,7 +118,13 @@ def measure_latency(
         timeout=60,
     )
     conversation = writer.post("/v1/conversations").json()["conversation_id"]
-    cursor = poller.get("/v1/sync", params={"limit": 1000}).json()["next_cursor"]
+    cursor = None
+    while True:  # catch up to the head first
+        params = {"limit": 1000} | ({"since": cursor} if cursor else {})
+        body = poller.get("/v1/sync", params=params).json()
+        cursor = body["next_cursor"]
+        if not body["has_more"]:
+            break
     received: dict[str, float] = {}
     arrived = threading.Condition()
     stop = threading.Event()
@@ -138,7 +149,7 @@ def measure_latency(
     from_send: list[float] = []
     from_ack: list[float] = []
     for n in range(writes):
-        turn_id = f"lat-{n}"
+        turn_id = f"lat-{label}-{n}"
         sent = time.perf_counter()
         response = writer.put(
             f"/v1/conversations/{conversation}/turns/{turn_id}",
@@ -191,14 +202,28 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def open_idle_long_polls(base_url: str, tokens: list[str]) -> list[socket.socket]:
+def head_cursors(base_url: str, tokens: list[str]) -> list[str]:
+    """Each token's cursor at the head of the log now."""
+    cursors = []
+    with httpx.Client(base_url=base_url, timeout=60) as http:
+        for token in tokens:
+            response = http.get(
+                "/v1/sync", headers={"Authorization": f"Bearer {token}"}
+            )
+            cursors.append(response.json()["next_cursor"])
+    return cursors
+
+
+def open_idle_long_polls(
+    base_url: str, tokens: list[str], cursors: list[str]
+) -> list[socket.socket]:
     """One waiting long-poll per token, on raw sockets never read from."""
     host, port = base_url.removeprefix("http://").split(":")
     sockets = []
-    for token in tokens:
+    for token, cursor in zip(tokens, cursors, strict=True):
         sock = socket.create_connection((host, int(port)))
         sock.sendall(
-            f"GET /v1/sync?timeout=280 HTTP/1.1\r\nHost: bench\r\n"
+            f"GET /v1/sync?timeout=280&since={cursor} HTTP/1.1\r\nHost: bench\r\n"
             f"Authorization: Bearer {token}\r\n\r\n".encode()
         )
         sockets.append(sock)
@@ -300,22 +325,35 @@ def main() -> int:
     )
     others: list[subprocess.Popen[bytes]] = []
     try:
-        cpu: dict[int, float] = {}
-        for count in idle_counts:
-            idle = open_idle_long_polls(base_url, idle_tokens[:count])
+        cpu: dict[int, list[float]] = {}
+        cursors = head_cursors(base_url, idle_tokens)
+        cpu_per_write(process, base_url, tokens[2], arguments.cpu_writes)  # warm-up
+        # Each count twice, in an order that cancels drift (0, 100, 1000, 1000,
+        # 100, 0); the mean of the two is reported. Long-polls are opened as
+        # the count rises and closed as it falls, all within their timeout.
+        idle: list[socket.socket] = []
+        for count in [*idle_counts, *reversed(idle_counts)]:
+            if count > len(idle):
+                idle += open_idle_long_polls(
+                    base_url, idle_tokens[len(idle) : count], cursors[len(idle) : count]
+                )
+            while len(idle) > count:
+                idle.pop().close()
             wait_until_idle(process.pid)  # every one of them is waiting
-            cpu[count] = cpu_per_write(
-                process, base_url, tokens[2], arguments.cpu_writes
+            cpu.setdefault(count, []).append(
+                cpu_per_write(process, base_url, tokens[2], arguments.cpu_writes)
             )
-            for sock in idle:
-                sock.close()
-        latency = measure_latency(base_url, tokens, arguments.writes)
+        for sock in idle:
+            sock.close()
+        latency = measure_latency(base_url, tokens, arguments.writes, label="one")
         for n in (1, 2):
             other, other_url = start_server(
                 settings, Path(f"/tmp/turnledger-{schema}-{n}.log"), 1
             )
             others.append(other)
-        across = measure_latency(base_url, tokens, arguments.writes, poll_url=other_url)
+        across = measure_latency(
+            base_url, tokens, arguments.writes, label="three", poll_url=other_url
+        )
         own = measure_turns_per_second(
             base_url, tokens, arguments.turns_per_device, shared=False
         )
@@ -357,12 +395,14 @@ def main() -> int:
             f"{'yes' if percentile(measured['send'], 0.99) < 0.05 else 'NO'}"
         )
     print(f"\nserver CPU per write, {arguments.cpu_writes} sequential writes")
-    for count, seconds in cpu.items():
+    mean = {count: statistics.mean(runs) for count, runs in cpu.items()}
+    for count, seconds in mean.items():
+        runs = ", ".join(f"{run * 1000:.2f}" for run in cpu[count])
         print(
             f"  {count:5d} idle long-polls of other users  {seconds * 1000:6.2f} ms"
-            f"   x{seconds / cpu[idle_counts[0]]:.2f}"
+            f"   x{seconds / mean[idle_counts[0]]:.2f}   (runs: {runs} ms)"
         )
-    spread = max(cpu.values()) / min(cpu.values())
+    spread = max(mean.values()) / min(mean.values())
     print(f"  max/min {spread:.2f} (target: within 1.2)")
     print(
         f"\nconfirmed turns/s, {DEVICES} devices x {arguments.turns_per_device} turns"

@@ -4,6 +4,7 @@ and within a second of their device's revocation, whichever process revokes."""
 from __future__ import annotations
 
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -12,6 +13,8 @@ import httpx
 import pytest
 
 from tests.e2e.conftest import Server, client
+from tests.e2e.test_outage import read_response
+from turnledger.infra.settings import Settings
 
 pytestmark = pytest.mark.postgres
 
@@ -19,7 +22,7 @@ LONG_POLLS = 100
 
 
 @pytest.fixture
-def service_settings(postgres_settings):  # type: ignore[no-untyped-def]
+def service_settings(postgres_settings: Settings) -> Settings:
     # 100 long-polls of one user: lift the per-user cap for this file.
     return postgres_settings.model_copy(
         update={
@@ -106,3 +109,38 @@ def test_a_long_poll_is_released_within_1_s_of_its_devices_revocation(
     assert response.status_code == 401, response.text
     assert "secret" not in response.text
     assert answered_at - revoked_at < 1.0, answered_at - revoked_at
+
+
+def test_a_request_in_flight_when_the_service_stops_is_completed(
+    server: Server, add_device: Callable[[str, str], str]
+) -> None:
+    """Stopping answers long-polls at once but lets other requests finish."""
+    token = add_device("alice", "phone")
+    host, port = server.base_url.removeprefix("http://").split(":")
+    body = b'{"client_key": "in-flight"}'
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(
+            b"POST /v1/conversations HTTP/1.1\r\nHost: x\r\n"
+            b"Authorization: Bearer " + token.encode() + b"\r\n"
+            b"Content-Type: application/json\r\n"
+            b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body[:5]
+        )
+        time.sleep(0.5)
+        server.process.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        sock.sendall(body[5:])
+        status, headers, answer = read_response(sock)
+    assert status == 201, answer
+    assert headers["connection"] == "close"
+    server.process.wait(timeout=10)
+
+
+def test_an_idle_keep_alive_connection_is_closed_after_5_s(server: Server) -> None:
+    host, port = server.base_url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(b"GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert read_response(sock)[0] == 200
+        idle_from = time.monotonic()
+        assert sock.recv(1) == b""
+        idle = time.monotonic() - idle_from
+    assert 4.5 < idle < 7.0, idle

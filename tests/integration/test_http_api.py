@@ -683,3 +683,32 @@ def test_liveness_and_readiness_answer_without_a_token(api: Api) -> None:
     assert ready.json()["status"] == "ready"
     assert ready.json()["database"] == "available"
     assert "/v1/ready" in api.http.get("/openapi.json").json()["paths"]
+
+
+def test_a_long_poll_is_released_when_its_device_is_revoked_outside_the_service(
+    api: Api,
+) -> None:
+    """Revoked through the registry directly (as `turnledger device revoke`
+    does): the service hears of it from the store, not from its own route."""
+    service = api.http.app.state.service  # type: ignore[attr-defined]
+    issued = service.registry.add("alice", "tablet")
+    tablet = {"Authorization": f"Bearer {issued.token}"}
+    cursor = api.http.get("/v1/sync", headers=tablet).json()["next_cursor"]
+    outcome: list[tuple[int, float]] = []
+
+    def long_poll() -> None:
+        response = api.http.get(
+            "/v1/sync", headers=tablet, params={"since": cursor, "timeout": 10}
+        )
+        outcome.append((response.status_code, time.monotonic()))
+
+    thread = threading.Thread(target=long_poll)
+    thread.start()
+    time.sleep(0.5)
+    assert not outcome
+    revoked_at = time.monotonic()
+    service.registry.revoke(issued.device.device_id)
+    thread.join(timeout=15)
+    status, answered_at = outcome[0]
+    assert status == 401
+    assert answered_at - revoked_at < 1.0, answered_at - revoked_at
