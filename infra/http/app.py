@@ -38,6 +38,7 @@ from turnledger.infra.persistence import master_key, open_conversations
 from turnledger.infra.settings import Settings
 
 API_VERSION = "1"
+SQLITE_LOCK_SECONDS = 30.0
 
 # Routes that never touch the database: answered even while it is down.
 UNGUARDED_PATHS = frozenset(
@@ -117,7 +118,11 @@ def create_app(
         monitor = DatabaseMonitor(
             check,
             interval=settings.http_database_check_interval_seconds,
-            timeout=settings.http_database_timeout_seconds,
+            # SQLite: a read may wait for another process's write transaction
+            # (up to the store's 30 s lock timeout) without anything being down.
+            timeout=settings.http_database_timeout_seconds
+            if settings.persistence == "postgres"
+            else max(settings.http_database_timeout_seconds, SQLITE_LOCK_SECONDS),
         )
         monitor.start()
         app.state.database_monitor = monitor
