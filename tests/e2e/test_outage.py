@@ -21,6 +21,7 @@ import pytest
 
 from tests.e2e.cluster import PrivateCluster, private_cluster
 from tests.e2e.conftest import Server, client, start_server, stop_server
+from turnledger.domain.errors import DatabaseUnavailableError
 from turnledger.infra.devices import open_device_registry
 from turnledger.infra.settings import Settings
 from turnledger.infra.vault import new_master_key
@@ -252,3 +253,31 @@ def _exercise_outage(cluster: PrivateCluster, server: Server, token: str) -> Non
         assert len(recorded) == len(set(recorded))
         assert set(recorded) == {a.turn_id for a in writer.attempts}
         writer.http.close()
+
+
+def test_the_device_store_reports_an_outage_as_a_typed_error_and_recovers(
+    cluster: PrivateCluster,
+) -> None:
+    settings = Settings(
+        _env_file=None,
+        persistence="postgres",
+        postgres_port=cluster.port,
+        postgres_schema="devices_outage",
+        master_key=new_master_key(),
+        http_database_timeout_seconds=1.0,
+    )
+    registry = open_device_registry(settings)
+    try:
+        token = registry.add("alice", "phone").token
+        cluster.stop("immediate")
+        for _ in range(3):
+            began = time.monotonic()
+            with pytest.raises(DatabaseUnavailableError):
+                registry.authenticate(token)
+            assert time.monotonic() - began < 2.0
+        cluster.start()
+        # The pool replaces the connections the restart broke: no error, no
+        # restart of the registry.
+        assert registry.authenticate(token).user_id == "alice"
+    finally:
+        registry.close()
