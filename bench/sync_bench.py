@@ -8,10 +8,15 @@ then measures, with real HTTP clients:
 
 1. latency: device A confirms a turn, device B is long-polling /v1/sync; the
    time from A sending the request (and from A's 200) to B's poll returning it;
+   once with A and B on one service process, once with A on one and B on
+   another of three processes sharing the database;
 2. throughput: 8 devices confirming turns at once, each into its own
    conversation and all into one shared conversation;
 3. the baseline, in the same run: single-row INSERT + COMMIT through psycopg
-   on the same database, from one connection and from 8 at once.
+   on the same database, from one connection and from 8 at once;
+4. CPU per write: the service process's CPU time (/proc) over a run of writes
+   with 0, 100 and 1,000 idle long-polls of other users open, as ratios to the
+   run with none.
 
 Client and server share the machine, so the figures include the client's cost.
 """
@@ -50,7 +55,7 @@ def percentile(values: list[float], fraction: float) -> float:
 
 
 def start_server(
-    settings: Settings, log: Path, workers: int
+    settings: Settings, log: Path, workers: int, **extra: str
 ) -> tuple[subprocess.Popen[bytes], str]:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -67,6 +72,7 @@ def start_server(
         TURNLEDGER_POSTGRES_SCHEMA=settings.postgres_schema,
         TURNLEDGER_POSTGRES_POOL_SIZE=str(settings.postgres_pool_size),
         TURNLEDGER_MASTER_KEY=settings.master_key.get_secret_value(),
+        **extra,
     )
     process = subprocess.Popen(
         [
@@ -96,16 +102,29 @@ def start_server(
 
 
 def measure_latency(
-    base_url: str, tokens: list[str], writes: int
+    base_url: str,
+    tokens: list[str],
+    writes: int,
+    *,
+    label: str,
+    poll_url: str | None = None,
 ) -> dict[str, list[float]]:
     writer = httpx.Client(
         base_url=base_url, headers={"Authorization": f"Bearer {tokens[0]}"}
     )
     poller = httpx.Client(
-        base_url=base_url, headers={"Authorization": f"Bearer {tokens[1]}"}, timeout=60
+        base_url=poll_url or base_url,
+        headers={"Authorization": f"Bearer {tokens[1]}"},
+        timeout=60,
     )
     conversation = writer.post("/v1/conversations").json()["conversation_id"]
-    cursor = poller.get("/v1/sync", params={"limit": 1000}).json()["next_cursor"]
+    cursor = None
+    while True:  # catch up to the head first
+        params = {"limit": 1000} | ({"since": cursor} if cursor else {})
+        body = poller.get("/v1/sync", params=params).json()
+        cursor = body["next_cursor"]
+        if not body["has_more"]:
+            break
     received: dict[str, float] = {}
     arrived = threading.Condition()
     stop = threading.Event()
@@ -130,7 +149,7 @@ def measure_latency(
     from_send: list[float] = []
     from_ack: list[float] = []
     for n in range(writes):
-        turn_id = f"lat-{n}"
+        turn_id = f"lat-{label}-{n}"
         sent = time.perf_counter()
         response = writer.put(
             f"/v1/conversations/{conversation}/turns/{turn_id}",
@@ -177,6 +196,75 @@ def measure_turns_per_second(
     return DEVICES * turns_per_device / (time.perf_counter() - began)
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def head_cursors(base_url: str, tokens: list[str]) -> list[str]:
+    """Each token's cursor at the head of the log now."""
+    cursors = []
+    with httpx.Client(base_url=base_url, timeout=60) as http:
+        for token in tokens:
+            response = http.get(
+                "/v1/sync", headers={"Authorization": f"Bearer {token}"}
+            )
+            cursors.append(response.json()["next_cursor"])
+    return cursors
+
+
+def open_idle_long_polls(
+    base_url: str, tokens: list[str], cursors: list[str]
+) -> list[socket.socket]:
+    """One waiting long-poll per token, on raw sockets never read from."""
+    host, port = base_url.removeprefix("http://").split(":")
+    sockets = []
+    for token, cursor in zip(tokens, cursors, strict=True):
+        sock = socket.create_connection((host, int(port)))
+        sock.sendall(
+            f"GET /v1/sync?timeout=280&since={cursor} HTTP/1.1\r\nHost: bench\r\n"
+            f"Authorization: Bearer {token}\r\n\r\n".encode()
+        )
+        sockets.append(sock)
+    return sockets
+
+
+def wait_until_idle(pid: int, limit: float = 120.0) -> None:
+    """Wait until the process uses under 5 % of a core for half a second."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        before = cpu_seconds(pid)
+        time.sleep(0.5)
+        if cpu_seconds(pid) - before < 0.025:
+            return
+    raise SystemExit("the service never went idle")
+
+
+def cpu_per_write(
+    process: subprocess.Popen[bytes], base_url: str, token: str, writes: int
+) -> float:
+    """Server CPU seconds per confirmed turn, one writer, sequential writes."""
+    writer = httpx.Client(
+        base_url=base_url, headers={"Authorization": f"Bearer {token}"}, timeout=60
+    )
+    conversation = writer.post("/v1/conversations").json()["conversation_id"]
+    for n in range(20):  # warm up: caches, pools
+        writer.put(
+            f"/v1/conversations/{conversation}/turns/warm-{n}",
+            json={"question": "warm", "answer": "up"},
+        ).raise_for_status()
+    before = cpu_seconds(process.pid)
+    for n in range(writes):
+        writer.put(
+            f"/v1/conversations/{conversation}/turns/cpu-{n}",
+            json={"question": f"question {n}", "answer": f"answer {n}"},
+        ).raise_for_status()
+    used = cpu_seconds(process.pid) - before
+    writer.close()
+    return used / writes
+
+
 def raw_inserts_per_second(
     conninfo: str, schema: str, rows: int, connections: int
 ) -> float:
@@ -210,7 +298,10 @@ def main() -> int:
     parser.add_argument("--writes", type=int, default=1000)
     parser.add_argument("--turns-per-device", type=int, default=200)
     parser.add_argument("--server-workers", type=int, default=1)
+    parser.add_argument("--cpu-writes", type=int, default=500)
+    parser.add_argument("--idle-long-polls", default="0,100,1000")
     arguments = parser.parse_args()
+    idle_counts = [int(n) for n in arguments.idle_long_polls.split(",")]
 
     schema = f"bench_{uuid.uuid4().hex[:10]}"
     settings = Settings(
@@ -222,11 +313,47 @@ def main() -> int:
     conninfo = settings.postgres_conninfo()
     registry = open_device_registry(settings)
     tokens = [registry.add("bench-user", f"device-{n}").token for n in range(DEVICES)]
+    idle_tokens = [
+        registry.add(f"idle-{n}", "idle").token for n in range(max(idle_counts))
+    ]
     registry.close()
     log = Path(f"/tmp/turnledger-{schema}.log")
-    process, base_url = start_server(settings, log, arguments.server_workers)
+    # Idle long-polls must outlive the CPU runs.
+    long_wait = {"TURNLEDGER_SYNC_MAX_WAIT_SECONDS": "300"}
+    process, base_url = start_server(
+        settings, log, arguments.server_workers, **long_wait
+    )
+    others: list[subprocess.Popen[bytes]] = []
     try:
-        latency = measure_latency(base_url, tokens, arguments.writes)
+        cpu: dict[int, list[float]] = {}
+        cursors = head_cursors(base_url, idle_tokens)
+        cpu_per_write(process, base_url, tokens[2], arguments.cpu_writes)  # warm-up
+        # Each count twice, in an order that cancels drift (0, 100, 1000, 1000,
+        # 100, 0); the mean of the two is reported. Long-polls are opened as
+        # the count rises and closed as it falls, all within their timeout.
+        idle: list[socket.socket] = []
+        for count in [*idle_counts, *reversed(idle_counts)]:
+            if count > len(idle):
+                idle += open_idle_long_polls(
+                    base_url, idle_tokens[len(idle) : count], cursors[len(idle) : count]
+                )
+            while len(idle) > count:
+                idle.pop().close()
+            wait_until_idle(process.pid)  # every one of them is waiting
+            cpu.setdefault(count, []).append(
+                cpu_per_write(process, base_url, tokens[2], arguments.cpu_writes)
+            )
+        for sock in idle:
+            sock.close()
+        latency = measure_latency(base_url, tokens, arguments.writes, label="one")
+        for n in (1, 2):
+            other, other_url = start_server(
+                settings, Path(f"/tmp/turnledger-{schema}-{n}.log"), 1
+            )
+            others.append(other)
+        across = measure_latency(
+            base_url, tokens, arguments.writes, label="three", poll_url=other_url
+        )
         own = measure_turns_per_second(
             base_url, tokens, arguments.turns_per_device, shared=False
         )
@@ -237,8 +364,10 @@ def main() -> int:
         raw_one = raw_inserts_per_second(conninfo, schema, rows, 1)
         raw_eight = raw_inserts_per_second(conninfo, schema, rows, DEVICES)
     finally:
-        process.terminate()
-        process.wait(timeout=60)
+        for each in [process, *others]:
+            each.terminate()
+        for each in [process, *others]:
+            each.wait(timeout=60)
         with psycopg.connect(conninfo, autocommit=True) as connection:
             connection.execute(
                 sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema))
@@ -255,13 +384,26 @@ def main() -> int:
         f"write -> long-poll latency, {arguments.writes} writes, PostgreSQL, loopback, "
         f"{arguments.server_workers} service process(es)"
     )
-    print(row("A sends -> B's poll returns", latency["send"]))
-    print(row("A's 200 arrives -> B's poll returns", latency["ack"]))
-    print(
-        "  p99 under the 50 ms target, from A's 200: "
-        f"{'yes' if percentile(latency['ack'], 0.99) < 0.05 else 'NO'}; "
-        f"from A's send: {'yes' if percentile(latency['send'], 0.99) < 0.05 else 'NO'}"
-    )
+    for label, measured in (("same process", latency), ("3 processes", across)):
+        print(f" A and B on {label}")
+        print(row("A sends -> B's poll returns", measured["send"]))
+        print(row("A's 200 arrives -> B's poll returns", measured["ack"]))
+        print(
+            "  p99 under the 50 ms target, from A's 200: "
+            f"{'yes' if percentile(measured['ack'], 0.99) < 0.05 else 'NO'}; "
+            "from A's send: "
+            f"{'yes' if percentile(measured['send'], 0.99) < 0.05 else 'NO'}"
+        )
+    print(f"\nserver CPU per write, {arguments.cpu_writes} sequential writes")
+    mean = {count: statistics.mean(runs) for count, runs in cpu.items()}
+    for count, seconds in mean.items():
+        runs = ", ".join(f"{run * 1000:.2f}" for run in cpu[count])
+        print(
+            f"  {count:5d} idle long-polls of other users  {seconds * 1000:6.2f} ms"
+            f"   x{seconds / mean[idle_counts[0]]:.2f}   (runs: {runs} ms)"
+        )
+    spread = max(mean.values()) / min(mean.values())
+    print(f"  max/min {spread:.2f} (target: within 1.2)")
     print(
         f"\nconfirmed turns/s, {DEVICES} devices x {arguments.turns_per_device} turns"
     )

@@ -15,6 +15,7 @@
     ├── FoldConflictError            a fold id is reused, or a fold would cover less
     ├── PurgeIncompleteError         a deletion is recorded but its purge must be re-run
     ├── CheckpointError              a checkpoint, signing key or proof cannot be used
+    ├── DatabaseUnavailableError     the database cannot be reached now: retry later
     └── WindowError                  a request window cannot be built
         ├── MandatoryInputTooLargeError     system + current question exceed max_bytes
         └── MandatoryInputOverContextError  ... or, with the reply, context_tokens
@@ -168,6 +169,14 @@ class PurgeIncompleteError(TurnLedgerError):
 class CheckpointError(TurnLedgerError):
     """Raised when a checkpoint file, the audit signing key or a proof request
     cannot be used (missing, malformed, badly signed, or naming no event)."""
+
+
+class DatabaseUnavailableError(TurnLedgerError):
+    """Raised when the database cannot be reached or does not answer in time."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"the database is unavailable ({reason}): retry later")
 
 
 class WindowError(TurnLedgerError):

@@ -30,9 +30,18 @@ def check_identifier(field: str, value: Any) -> str:
 
 
 def check_text(field: str, value: Any, *, allow_empty: bool = False) -> str:
-    """Return `value` if it is a string that can be sent as UTF-8 JSON."""
+    """Return `value` if it is a string that can be sent as UTF-8 JSON and stored.
+
+    NUL is refused: PostgreSQL text cannot hold it, so the same input would be
+    accepted by one store and fail on another.
+    """
     if not isinstance(value, str):
         raise InvalidInputError(field, f"expected a string, got {type(value).__name__}")
+    nul = value.find("\x00")
+    if nul >= 0:
+        raise InvalidInputError(
+            field, f"contains NUL (U+0000) at index {nul}; PostgreSQL cannot store it"
+        )
     if not allow_empty and not value.strip():
         raise InvalidInputError(field, "must not be empty or only whitespace")
     try:

@@ -15,16 +15,20 @@ import hmac
 import secrets
 import sqlite3
 import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
 from uuid import uuid4
 
+import psycopg
 from psycopg import sql
 from psycopg_pool import ConnectionPool
 
 from turnledger.domain.errors import (
+    DatabaseUnavailableError,
     DeviceNotFoundError,
     InvalidInputError,
     UnauthenticatedError,
@@ -70,6 +74,8 @@ class DeviceStore(Protocol):
     def list(self, user_id: str | None) -> list[Device]: ...
 
     def mark_revoked(self, device_id: str, at: datetime) -> None: ...
+
+    def revoked_since(self, at: datetime) -> Sequence[Device]: ...
 
     def close(self) -> None: ...
 
@@ -122,6 +128,20 @@ class DeviceRegistry:
             check_identifier("user_id", user_id)
         return self._store.list(user_id)
 
+    def is_revoked(self, device_id: str) -> bool:
+        """True if the device was revoked (or is gone) since it authenticated."""
+        device = self._store.get(device_id)
+        return device is None or device.revoked
+
+    def revoked_since(self, at: datetime) -> Sequence[Device]:
+        """Devices revoked at or after `at` (for services that poll)."""
+        return self._store.revoked_since(at)
+
+    @property
+    def revocation_channel(self) -> str | None:
+        """The PostgreSQL channel NOTIFYed with the user id on each revocation."""
+        return getattr(self._store, "revocation_channel", None)
+
     def revoke(self, device_id: str, *, user_id: str | None = None) -> Device:
         """Revoke a device and every device it added, transitively.
 
@@ -129,7 +149,8 @@ class DeviceRegistry:
         have been used to add devices; revoking it revokes those too. Revoking
         an already revoked device keeps its first revocation time.
         """
-        device = self._store.get(device_id) if isinstance(device_id, str) else None
+        check_text("device_id", device_id)
+        device = self._store.get(device_id)
         if device is None or (user_id is not None and device.user_id != user_id):
             raise DeviceNotFoundError(str(device_id))
         at = datetime.now(UTC)
@@ -188,6 +209,14 @@ class MemoryDeviceStore:
             if not device.revoked:
                 self._rows[device_id] = (replace(device, revoked_at=at), digest)
 
+    def revoked_since(self, at: datetime) -> Sequence[Device]:
+        with self._lock:
+            return [
+                device
+                for device, _ in self._rows.values()
+                if device.revoked_at is not None and device.revoked_at >= at
+            ]
+
     def close(self) -> None:
         pass
 
@@ -221,8 +250,8 @@ class SQLiteDeviceStore:
             str(path), check_same_thread=False, isolation_level=None, timeout=30
         )
         self._lock = threading.Lock()
-        with self._lock:
-            self._connection.execute(
+        with self._cursor() as connection:
+            connection.execute(
                 "CREATE TABLE IF NOT EXISTS devices ("
                 " device_id TEXT PRIMARY KEY,"
                 " user_id TEXT NOT NULL,"
@@ -233,9 +262,17 @@ class SQLiteDeviceStore:
                 " token_digest BLOB NOT NULL UNIQUE)"
             )
 
-    def insert(self, device: Device, token_digest: bytes) -> None:
+    @contextmanager
+    def _cursor(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
-            self._connection.execute(
+            try:
+                yield self._connection
+            except sqlite3.OperationalError as error:  # locked past the timeout, I/O
+                raise DatabaseUnavailableError(str(error)) from None
+
+    def insert(self, device: Device, token_digest: bytes) -> None:
+        with self._cursor() as connection:
+            connection.execute(
                 f"INSERT INTO devices ({_COLUMNS}, token_digest) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (
@@ -250,28 +287,28 @@ class SQLiteDeviceStore:
             )
 
     def find_by_digest(self, token_digest: bytes) -> tuple[Device, bytes] | None:
-        with self._lock:
-            row = self._connection.execute(
+        with self._cursor() as connection:
+            row = connection.execute(
                 f"SELECT {_COLUMNS}, token_digest FROM devices WHERE token_digest = ?",
                 (token_digest,),
             ).fetchone()
         return None if row is None else (_device(row[:6]), bytes(row[6]))
 
     def get(self, device_id: str) -> Device | None:
-        with self._lock:
-            row = self._connection.execute(
+        with self._cursor() as connection:
+            row = connection.execute(
                 f"SELECT {_COLUMNS} FROM devices WHERE device_id = ?", (device_id,)
             ).fetchone()
         return None if row is None else _device(row)
 
     def list(self, user_id: str | None) -> list[Device]:
-        with self._lock:
+        with self._cursor() as connection:
             if user_id is None:
-                rows = self._connection.execute(
+                rows = connection.execute(
                     f"SELECT {_COLUMNS} FROM devices ORDER BY created_at, device_id"
                 ).fetchall()
             else:
-                rows = self._connection.execute(
+                rows = connection.execute(
                     f"SELECT {_COLUMNS} FROM devices WHERE user_id = ? "
                     "ORDER BY created_at, device_id",
                     (user_id,),
@@ -279,12 +316,22 @@ class SQLiteDeviceStore:
         return [_device(row) for row in rows]
 
     def mark_revoked(self, device_id: str, at: datetime) -> None:
-        with self._lock:
-            self._connection.execute(
+        with self._cursor() as connection:
+            connection.execute(
                 "UPDATE devices SET revoked_at = ? WHERE device_id = ? "
                 "AND revoked_at IS NULL",
                 (at.isoformat(), device_id),
             )
+
+    def revoked_since(self, at: datetime) -> Sequence[Device]:
+        # Every timestamp is written by isoformat() in UTC, so text order is
+        # time order.
+        with self._cursor() as connection:
+            rows = connection.execute(
+                f"SELECT {_COLUMNS} FROM devices WHERE revoked_at >= ?",
+                (at.astimezone(UTC).isoformat(),),
+            ).fetchall()
+        return [_device(row) for row in rows]
 
     def close(self) -> None:
         with self._lock:
@@ -292,33 +339,65 @@ class SQLiteDeviceStore:
 
 
 class PostgresDeviceStore:
-    """Devices in `<schema>.devices`, through a small psycopg pool."""
+    """Devices in `<schema>.devices`, through a small psycopg pool.
 
-    def __init__(self, conninfo: str, schema: str, *, pool_size: int = 4) -> None:
+    The pool checks a connection before lending it (a connection broken by a
+    database restart is replaced, not handed out) and waits at most
+    `pool_timeout` seconds for one: an outage is reported as
+    DatabaseUnavailableError within that time instead of after the pool's
+    default 30 s.
+    """
+
+    def __init__(
+        self,
+        conninfo: str,
+        schema: str,
+        *,
+        pool_size: int = 4,
+        pool_timeout: float = 1.0,
+    ) -> None:
         self._table = sql.Identifier(schema, "devices")
+        # NOTIFYed with the user id in the transaction that revokes a device.
+        self.revocation_channel = f"{schema}_devices"[:63]
         self._pool = ConnectionPool(
             conninfo,
             min_size=1,
             max_size=pool_size,
             open=True,
             name="turnledger-devices",
+            timeout=pool_timeout,
+            check=ConnectionPool.check_connection,
+            reconnect_timeout=24 * 3600.0,
         )
-        with self._pool.connection() as connection:
-            connection.execute(
-                sql.SQL(
-                    "CREATE TABLE IF NOT EXISTS {} ("
-                    " device_id text PRIMARY KEY,"
-                    " user_id text NOT NULL,"
-                    " name text NOT NULL,"
-                    " created_at timestamptz NOT NULL,"
-                    " revoked_at timestamptz,"
-                    " added_by text,"
-                    " token_digest bytea NOT NULL UNIQUE)"
-                ).format(self._table)
-            )
+        try:
+            with self._connection() as connection:
+                connection.execute(
+                    sql.SQL(
+                        "CREATE TABLE IF NOT EXISTS {} ("
+                        " device_id text PRIMARY KEY,"
+                        " user_id text NOT NULL,"
+                        " name text NOT NULL,"
+                        " created_at timestamptz NOT NULL,"
+                        " revoked_at timestamptz,"
+                        " added_by text,"
+                        " token_digest bytea NOT NULL UNIQUE)"
+                    ).format(self._table)
+                )
+        except BaseException:
+            self._pool.close()
+            raise
+
+    @contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[tuple[object, ...]]]:
+        try:
+            with self._pool.connection() as connection:
+                yield connection
+        except (psycopg.OperationalError, psycopg.InterfaceError) as error:
+            # PoolTimeout included: no connection could be had in time.
+            raise DatabaseUnavailableError(_first_line(error)) from None
 
     def insert(self, device: Device, token_digest: bytes) -> None:
-        with self._pool.connection() as connection:
+        with self._connection() as connection:
             connection.execute(
                 sql.SQL(
                     "INSERT INTO {} (" + _COLUMNS + ", token_digest) "
@@ -335,7 +414,7 @@ class PostgresDeviceStore:
             )
 
     def find_by_digest(self, token_digest: bytes) -> tuple[Device, bytes] | None:
-        with self._pool.connection() as connection:
+        with self._connection() as connection:
             row = connection.execute(
                 sql.SQL(
                     "SELECT "
@@ -347,7 +426,7 @@ class PostgresDeviceStore:
         return None if row is None else (_device(row[:6]), bytes(row[6]))
 
     def get(self, device_id: str) -> Device | None:
-        with self._pool.connection() as connection:
+        with self._connection() as connection:
             row = connection.execute(
                 sql.SQL("SELECT " + _COLUMNS + " FROM {} WHERE device_id = %s").format(
                     self._table
@@ -362,7 +441,7 @@ class PostgresDeviceStore:
         if user_id is not None:
             query += " WHERE user_id = %s"
             params = (user_id,)
-        with self._pool.connection() as connection:
+        with self._connection() as connection:
             rows = connection.execute(
                 sql.SQL(query + " ORDER BY created_at, device_id").format(self._table),
                 params,
@@ -370,17 +449,36 @@ class PostgresDeviceStore:
         return [_device(row) for row in rows]
 
     def mark_revoked(self, device_id: str, at: datetime) -> None:
-        with self._pool.connection() as connection:
-            connection.execute(
+        with self._connection() as connection, connection.transaction():
+            row = connection.execute(
                 sql.SQL(
                     "UPDATE {} SET revoked_at = %s WHERE device_id = %s "
-                    "AND revoked_at IS NULL"
+                    "AND revoked_at IS NULL RETURNING user_id"
                 ).format(self._table),
                 (at, device_id),
-            )
+            ).fetchone()
+            if row is not None:
+                # Delivered on commit, to every service process listening.
+                connection.execute(
+                    "SELECT pg_notify(%s, %s)", (self.revocation_channel, str(row[0]))
+                )
+
+    def revoked_since(self, at: datetime) -> Sequence[Device]:
+        with self._connection() as connection:
+            query = "SELECT " + _COLUMNS + " FROM {} WHERE revoked_at >= %s"
+            rows = connection.execute(
+                sql.SQL(query).format(self._table),
+                (at,),
+            ).fetchall()
+        return [_device(row) for row in rows]
 
     def close(self) -> None:
         self._pool.close()
+
+
+def _first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__
 
 
 def open_device_registry(settings: Settings) -> DeviceRegistry:
@@ -397,6 +495,8 @@ def open_device_registry(settings: Settings) -> DeviceRegistry:
             ensure_schema(settings.postgres_conninfo(), settings.postgres_schema)
             return DeviceRegistry(
                 PostgresDeviceStore(
-                    settings.postgres_conninfo(), settings.postgres_schema
+                    settings.postgres_conninfo(),
+                    settings.postgres_schema,
+                    pool_timeout=settings.http_database_timeout_seconds,
                 )
             )

@@ -99,6 +99,10 @@ class PostgresKeyStore(KeyStore):
             open=True,
             name="turnledger-keys",
             configure=configure_key_session,  # no key bytes in the server's log
+            # A connection lost in an outage is replaced, not handed out; a
+            # caller waits for one briefly, then gets the pool's error.
+            check=ConnectionPool.check_connection,
+            timeout=5.0,
         )
         with self._pool.connection() as connection:
             self._create_tables(connection)

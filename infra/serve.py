@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import math
 from typing import Any
 
-from turnledger.domain.errors import InvalidInputError
+from turnledger.domain.errors import DatabaseUnavailableError, InvalidInputError
+from turnledger.infra.http.protocol import h11_max_incomplete_event_size
 from turnledger.infra.settings import Settings
 
 
@@ -38,6 +40,8 @@ def run(arguments: argparse.Namespace) -> int:
         raise InvalidInputError(
             "--workers", "the memory store lives in one process: use 1, or SQLite"
         )
+    if settings.persistence == "postgres":
+        _check_database(settings)
     uvicorn.run(
         "turnledger.infra.http.app:app_from_environment",
         factory=True,
@@ -45,7 +49,25 @@ def run(arguments: argparse.Namespace) -> int:
         port=arguments.port or settings.http_port,
         workers=arguments.workers,
         log_level="info",
-        # Long-polls are open requests: give them time to finish on shutdown.
-        timeout_graceful_shutdown=int(settings.sync_max_wait_seconds) + 1,
+        # h11, not httptools: the protocol bounds the request head in bytes and
+        # time (infra/http/protocol.py), which needs h11's view of the buffer.
+        http="turnledger.infra.http.protocol:LimitedH11Protocol",
+        h11_max_incomplete_event_size=h11_max_incomplete_event_size(settings),
+        # Long-polls answer at once when the server stops; this bounds the wait
+        # for other requests in flight.
+        timeout_graceful_shutdown=math.ceil(settings.http_shutdown_timeout_seconds),
     )
     return 0
+
+
+def _check_database(settings: Settings) -> None:
+    """Refuse to start, with a one-line reason, when the database is unreachable."""
+    import psycopg
+
+    try:
+        psycopg.connect(settings.postgres_conninfo()).close()
+    except psycopg.Error as error:
+        reason = str(error).strip().splitlines()
+        raise DatabaseUnavailableError(
+            reason[0] if reason else "cannot connect"
+        ) from None

@@ -114,9 +114,36 @@ class Settings(BaseSettings):
     # Where the service writes checkpoints, and how often (unset: it writes none).
     audit_checkpoint_dir: Path | None = None
     audit_checkpoint_interval_seconds: PositiveFloat = 60.0
+    # Limits at the edge (docs/sync.md, "Limits"). The request line and the whole
+    # request head (line + headers) are bounded in bytes (414 / 431), the head and
+    # the body in time from their first byte (408), and long-polls in number.
+    http_max_request_line_bytes: PositiveInt = 8_192
+    http_max_header_bytes: PositiveInt = 16_384
+    http_header_timeout_seconds: PositiveFloat = 10.0
+    http_body_timeout_seconds: PositiveFloat = 30.0
+    http_max_long_polls_per_device: PositiveInt = 4
+    http_max_long_polls_per_user: PositiveInt = 20
+    # Database outages (docs/sync.md, "When the database is down"): how often the
+    # service checks the database, how long one check may take, and the
+    # Retry-After it sends with every 503 meanwhile.
+    http_database_check_interval_seconds: PositiveFloat = 0.5
+    http_database_timeout_seconds: PositiveFloat = 1.0
+    http_retry_after_seconds: PositiveInt = 2
+    # How long a stopping service waits for requests in flight (long-polls are
+    # answered at once) before it cancels them.
+    http_shutdown_timeout_seconds: PositiveFloat = 10.0
 
     @model_validator(mode="after")
     def _check_cross_field_rules(self) -> Self:
+        if self.http_max_request_line_bytes > self.http_max_header_bytes:
+            raise ValueError(
+                "http_max_request_line_bytes must be <= http_max_header_bytes "
+                "(the request line is part of the request head)"
+            )
+        if self.http_max_long_polls_per_device > self.http_max_long_polls_per_user:
+            raise ValueError(
+                "http_max_long_polls_per_device must be <= http_max_long_polls_per_user"
+            )
         if self.master_key is not None and self.master_key_file is not None:
             raise ValueError("set master_key or master_key_file, not both")
         if (

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from typing import Literal
 
 from fastapi import FastAPI
-from pydantic import BaseModel
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+from starlette.concurrency import run_in_threadpool
 
 from turnledger.domain.application import Conversations
+from turnledger.infra.checkpoint import checkpoint_periodically
 from turnledger.infra.devices import DeviceRegistry, open_device_registry
 from turnledger.infra.http import (
     conversation_routes,
@@ -20,19 +27,45 @@ from turnledger.infra.http import (
     sync_routes,
 )
 from turnledger.infra.http.cursor import CursorCodec
+from turnledger.infra.http.database import (
+    DatabaseGuard,
+    DatabaseMonitor,
+    PostgresCheck,
+    install_outage_handlers,
+)
 from turnledger.infra.http.errors import install_error_handlers
-from turnledger.infra.http.limits import BodySizeLimit
-from turnledger.infra.http.notifier import HeadPoller, PostgresListener
+from turnledger.infra.http.limits import BodySizeLimit, HeadSizeLimit
+from turnledger.infra.http.notifier import LogFollower, Poller, PostgresListener
 from turnledger.infra.http.service import Service
 from turnledger.infra.persistence import master_key, open_conversations
 from turnledger.infra.purge_retry import PurgeRetry
 from turnledger.infra.settings import Settings
 
 API_VERSION = "1"
+SQLITE_LOCK_SECONDS = 30.0
+
+# Routes that never touch the database: answered even while it is down.
+UNGUARDED_PATHS = frozenset(
+    {
+        "/v1/health",
+        "/v1/ready",
+        "/openapi.json",
+        "/docs",
+        "/docs/oauth2-redirect",
+        "/redoc",
+    }
+)
 
 
 class HealthOut(BaseModel):
-    status: str
+    status: Literal["ok"]
+
+
+class ReadyOut(BaseModel):
+    status: Literal["ready", "unavailable"]
+    database: Literal["available", "unavailable"]
+    database_since: datetime = Field(description="when the database was last found so")
+    reason: str | None = Field(description="why the database is unavailable")
 
 
 def create_app(
@@ -58,27 +91,68 @@ def create_app(
     )
 
     @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        service.signal.bind(asyncio.get_running_loop())
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        service.signals.bind(asyncio.get_running_loop())
+        follower = LogFollower(ledger, service.feed)
+        check: Callable[[], Awaitable[None]]
+        watcher: PostgresListener | Poller
         if settings.persistence == "postgres":
-            watcher: PostgresListener | HeadPoller = PostgresListener(
-                service.signal,
+            check = postgres_check = PostgresCheck(settings.postgres_conninfo())
+            watcher = PostgresListener(
+                service.signals,
+                follower,
                 settings.postgres_conninfo(),
-                channel=ledger.recorder.channel_name,  # type: ignore[attr-defined]
+                events_channel=ledger.recorder.channel_name,  # type: ignore[attr-defined]
+                devices_channel=registry.revocation_channel,
             )
         else:
-            watcher = HeadPoller(
-                service.signal,
-                service.feed.head_position,
+            postgres_check = None
+
+            async def check() -> None:
+                await run_in_threadpool(service.feed.head_position)
+
+            watcher = Poller(
+                service.signals,
+                follower,
+                registry,
                 interval=settings.sync_poll_interval_seconds,
             )
+        monitor = DatabaseMonitor(
+            check,
+            interval=settings.http_database_check_interval_seconds,
+            # SQLite: a read may wait for another process's write transaction
+            # (up to the store's 30 s lock timeout) without anything being down.
+            timeout=settings.http_database_timeout_seconds
+            if settings.persistence == "postgres"
+            else max(settings.http_database_timeout_seconds, SQLITE_LOCK_SECONDS),
+        )
+        monitor.start()
+        app.state.database_monitor = monitor
         watcher.start()
         purge_retry = app.state.purge_retry = PurgeRetry(ledger, settings)
         purge_retry.start()  # completes compactions left pending
+        # Signed transparency-log checkpoints, when a directory is configured.
+        checkpoints_stop = threading.Event()
+        checkpoints = threading.Thread(
+            target=checkpoint_periodically,
+            args=(ledger, settings, checkpoints_stop),
+            name="turnledger-checkpoints",
+            daemon=True,
+        )
+        if settings.audit_checkpoint_dir is not None:
+            checkpoints.start()
         try:
             yield
         finally:
+            checkpoints_stop.set()
+            if checkpoints.is_alive():
+                checkpoints.join(timeout=5)
             purge_retry.stop()
+            service.signals.close()
+            app.state.database_monitor = None
+            await monitor.stop()
+            if postgres_check is not None:
+                await postgres_check.close()
             watcher.stop()
             if owned_ledger:
                 ledger.close()
@@ -92,7 +166,9 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.service = service
+    app.state.database_monitor = None
     install_error_handlers(app)
+    install_outage_handlers(app, retry_after=settings.http_retry_after_seconds)
     app.include_router(conversation_routes.router)
     app.include_router(sync_routes.router)
     app.include_router(device_routes.router)
@@ -101,10 +177,56 @@ def create_app(
     app.include_router(purge_routes.router)
 
     @app.get("/v1/health", response_model=HealthOut, tags=["service"])
-    def health() -> HealthOut:
+    async def health() -> HealthOut:
+        """Liveness: the process answers. Says nothing about the database.
+
+        `async`, so it is answered even when every worker thread is busy."""
         return HealthOut(status="ok")
 
-    app.add_middleware(BodySizeLimit, max_bytes=settings.http_max_body_bytes)
+    @app.get(
+        "/v1/ready",
+        response_model=ReadyOut,
+        tags=["service"],
+        responses={503: {"model": ReadyOut, "description": "the database is down"}},
+    )
+    async def ready() -> JSONResponse:
+        """Readiness: 200 while the database answers the service's checks, 503
+        (with Retry-After) while it does not."""
+        monitor: DatabaseMonitor | None = app.state.database_monitor
+        state = monitor.state if monitor is not None else None
+        available = state is None or state.available
+        body = ReadyOut(
+            status="ready" if available else "unavailable",
+            database="available" if available else "unavailable",
+            database_since=datetime.fromtimestamp(
+                state.since if state else time.time(), UTC
+            ),
+            reason=state.reason if state else None,
+        )
+        return JSONResponse(
+            body.model_dump(mode="json"),
+            status_code=200 if available else 503,
+            headers=None
+            if available
+            else {"Retry-After": str(settings.http_retry_after_seconds)},
+        )
+
+    app.add_middleware(
+        BodySizeLimit,
+        max_bytes=settings.http_max_body_bytes,
+        timeout=settings.http_body_timeout_seconds,
+    )
+    app.add_middleware(
+        DatabaseGuard,
+        monitor=lambda: app.state.database_monitor,
+        unguarded=UNGUARDED_PATHS,
+        retry_after=settings.http_retry_after_seconds,
+    )
+    app.add_middleware(
+        HeadSizeLimit,
+        max_line=settings.http_max_request_line_bytes,
+        max_head=settings.http_max_header_bytes,
+    )
     return app
 
 

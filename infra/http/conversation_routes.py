@@ -72,8 +72,13 @@ def start_conversation(
     conversation_id = service.ledger.start_conversation(
         device.user_id, conversation_id=chosen
     )
-    service.signal.fire()
-    return ConversationCreatedOut(conversation_id=conversation_id, version=1)
+    service.signals.fire([device.user_id])
+    version = 1
+    if chosen is not None:
+        # A retried keyed start finds the conversation as it is now, perhaps
+        # with turns on it: report that version, the one to build on.
+        version = service.ledger.get_conversation(device.user_id, chosen).version
+    return ConversationCreatedOut(conversation_id=conversation_id, version=version)
 
 
 @router.get("", response_model=ConversationListOut)
@@ -146,7 +151,7 @@ def record_turn(
     and writes nothing; the same turn id with other content is a 409."""
     with service.locks(conversation_id):
         receipt = _record(service, device, conversation_id, turn_id, turn)
-    service.signal.fire()
+    service.signals.fire([device.user_id])
     return TurnReceiptOut(
         conversation_id=receipt.conversation_id,
         turn_id=receipt.turn_id,
@@ -241,7 +246,7 @@ def delete_history(
             deleted_by=device.device_id,
             expected_version=request.expected_version,
         )
-    service.signal.fire()
+    service.signals.fire([device.user_id])
     return DeletionOut(
         conversation_id=receipt.conversation_id,
         deleted_turn_ids=list(receipt.deleted_turn_ids),

@@ -59,4 +59,8 @@ def revoke_device(
 ) -> DeviceOut:
     """Revoke one of the user's devices (the caller's own included), and every
     device it added, so a stolen token cannot leave devices of its own behind."""
-    return device_out(service.registry.revoke(device_id, user_id=device.user_id))
+    revoked = service.registry.revoke(device_id, user_id=device.user_id)
+    # Release the revoked devices' long-polls in this process at once (other
+    # processes hear of it from the database).
+    service.signals.fire([device.user_id])
+    return device_out(revoked)

@@ -33,6 +33,7 @@ from turnledger.domain.errors import (
     VersionConflictError,
     WindowError,
 )
+from turnledger.infra.http.notifier import LongPollLimitError
 from turnledger.infra.http.schemas import ErrorResponse
 from turnledger.infra.tokenizers import TokenizerUnavailableError
 
@@ -53,6 +54,7 @@ _STATUS: list[tuple[type[TurnLedgerError], int, str]] = [
     (PurgeIncompleteError, 503, "purge_incomplete"),
     (FoldConflictError, 409, "fold_conflict"),
     (WindowError, 422, "window_error"),
+    (LongPollLimitError, 429, "too_many_long_polls"),
 ]
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -64,8 +66,13 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         (409, "turn id reused, turn deleted, or a stale expected_version"),
         (410, "a turn's text whose key was destroyed meanwhile"),
         (413, "request body or turn over the size limit"),
-        (503, "deletion recorded but its purge must be re-run: send it again"),
-        (422, "malformed JSON, wrong types or invalid values"),
+        (422, "malformed JSON, wrong types, invalid values, NUL in a text"),
+        (429, "too many long-polls of this device or user are waiting"),
+        (
+            503,
+            "the database is unavailable (Retry-After), or a deletion's purge "
+            "must be re-run: send the same request again",
+        ),
     ]
 }
 
@@ -95,7 +102,10 @@ def ledger_error_response(error: TurnLedgerError) -> ErrorJSONResponse:
         ((status, code) for kind, status, code in _STATUS if isinstance(error, kind)),
         (400, "bad_request"),
     )
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    headers: dict[str, str] | None = {
+        401: {"WWW-Authenticate": "Bearer"},
+        429: {"Retry-After": "1"},
+    }.get(status)
     return error_response(
         status,
         code,

@@ -70,7 +70,7 @@ def record_fold(
             fold_id=request.fold_id,
             expected_version=request.expected_version,
         )
-    service.signal.fire()
+    service.signals.fire([device.user_id])
     return FoldOut(
         conversation_id=receipt.conversation_id,
         fold_id=receipt.fold_id,

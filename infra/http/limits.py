@@ -1,7 +1,8 @@
-"""A limit on request body size, enforced before anything parses the body."""
+"""Limits on the request body, size and time, enforced before anything parses it."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -10,15 +11,20 @@ from turnledger.infra.http.errors import error_response
 
 
 class BodySizeLimit:
-    """Reject bodies over `max_bytes` with 413, by Content-Length or by count.
+    """Reject bodies over `max_bytes` with 413, by Content-Length or by count,
+    and bodies not complete within `timeout` seconds with 408.
 
     The body is read in full (up to the limit) before the route runs, so a
-    route never sees a truncated body and never writes half of a request.
+    route never sees a truncated body and never writes half of a request. The
+    time limit runs from the first read of the body: a client that trickles
+    its body, or stops sending it, is answered and disconnected instead of
+    holding a connection and a buffer for as long as it likes.
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, timeout: float) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.timeout = timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -30,8 +36,14 @@ class BodySizeLimit:
             return
         chunks: list[bytes] = []
         size = 0
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout
         while True:
-            message = await receive()
+            try:
+                message = await asyncio.wait_for(receive(), deadline - loop.time())
+            except TimeoutError:
+                await self._time_out(scope, receive, send)
+                return
             if message["type"] == "http.disconnect":
                 return
             chunk = message.get("body", b"")
@@ -60,6 +72,18 @@ class BodySizeLimit:
             "body_too_large",
             f"the request body is over the {self.max_bytes}-byte limit "
             "(TURNLEDGER_HTTP_MAX_BODY_BYTES)",
+            # The rest of the body is not read: the connection cannot be reused.
+            headers={"Connection": "close"},
+        )
+        await response(scope, receive, send)
+
+    async def _time_out(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = error_response(
+            408,
+            "body_timeout",
+            f"the request body did not arrive within {self.timeout:g} s "
+            "(TURNLEDGER_HTTP_BODY_TIMEOUT_SECONDS)",
+            headers={"Connection": "close"},
         )
         await response(scope, receive, send)
 
@@ -72,3 +96,48 @@ def _content_length(scope: dict[str, Any]) -> int | None:
             except ValueError:
                 return None
     return None
+
+
+class HeadSizeLimit:
+    """Refuse a request line over `max_line` bytes (414) or a request head over
+    `max_head` bytes (431), measured as sent on the wire.
+
+    The protocol (infra/http/protocol.py) cuts heads that are still arriving;
+    this catches the ones that arrived complete in a single read.
+    """
+
+    def __init__(self, app: ASGIApp, max_line: int, max_head: int) -> None:
+        self.app = app
+        self.max_line = max_line
+        self.max_head = max_head
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        query = scope.get("query_string", b"")
+        target = len(scope.get("raw_path") or scope["path"].encode()) + (
+            len(query) + 1 if query else 0
+        )
+        line = len(scope["method"]) + 1 + target + len(" HTTP/1.1")
+        head = line + 4 + sum(len(n) + len(v) + 4 for n, v in scope["headers"])
+        if line > self.max_line:
+            response = error_response(
+                414,
+                "request_line_too_long",
+                f"the request line is over {self.max_line} bytes "
+                "(TURNLEDGER_HTTP_MAX_REQUEST_LINE_BYTES)",
+                headers={"Connection": "close"},
+            )
+        elif head > self.max_head:
+            response = error_response(
+                431,
+                "headers_too_large",
+                f"the request head is over {self.max_head} bytes "
+                "(TURNLEDGER_HTTP_MAX_HEADER_BYTES)",
+                headers={"Connection": "close"},
+            )
+        else:
+            await self.app(scope, receive, send)
+            return
+        await response(scope, receive, send)

@@ -1,14 +1,20 @@
-"""Wake long-polling sync requests when the log may have grown.
+"""Wake a user's long-polling sync requests when that user's data changes.
 
-PostgreSQL: a dedicated connection LISTENs on the channel the event store
-NOTIFYs on every write, so a write through any service process (or any other
-client of the same database) wakes every process. SQLite and memory: a thread
-polls the log's head position. Writes made by this process also wake waiters
-directly, which saves the round trip.
+Each user with a waiting long-poll has one wake-up event; a change wakes only
+the waiters of the user who owns it, so idle long-polls of other users cost
+nothing per write. Who owns a change is read from the log itself:
 
-A wake-up only says "look again": waiters re-read the log, so spurious
-wake-ups (the channel is shared by every schema of the database) cost a query
-and nothing else.
+- PostgreSQL: a dedicated connection LISTENs on the channel the event store
+  NOTIFYs on after every commit, then reads the events committed since it last
+  looked (one query for any number of waiters) and wakes their owners. Device
+  revocations arrive on a second channel, NOTIFYed in the revoking
+  transaction, so a revoked device's long-polls are released at once whichever
+  process revoked it.
+- SQLite and memory: a thread polls the log head and the revocations.
+
+Writes made by this process also wake their user directly, which saves the
+round trip. A lost notification only delays a wake-up until the long-poll's
+timeout; after a lost connection every waiter is woken once to look again.
 """
 
 from __future__ import annotations
@@ -17,54 +23,182 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import Callable
+import weakref
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from datetime import UTC, datetime, timedelta
+from uuid import UUID
 
 import psycopg
 from psycopg import sql
 
+from turnledger.domain.application import Conversations
+from turnledger.domain.errors import TurnLedgerError
+from turnledger.domain.feed import ConversationFeed
+from turnledger.infra.devices import DeviceRegistry
+
 logger = logging.getLogger(__name__)
 
+_LOG_PAGE = 500
+_REVOCATION_OVERLAP = timedelta(seconds=5)
 
-class ChangeSignal:
-    """An asyncio event that is replaced each time it fires.
 
-    A waiter takes the current event *before* reading the log, so a change
-    committed between its read and its wait still wakes it.
+class LongPollLimitError(TurnLedgerError):
+    """Raised when a device or user already has the most long-polls allowed."""
+
+    def __init__(self, scope: str, limit: int, setting: str) -> None:
+        self.scope = scope
+        self.limit = limit
+        super().__init__(
+            f"this {scope} already has {limit} long-polls waiting ({setting}); "
+            "close one, or sync with timeout=0"
+        )
+
+
+class UserSignals:
+    """One wake-up event per user with a waiting long-poll, and their counts.
+
+    A waiter takes its user's current event *before* reading the log, so a
+    change committed between its read and its wait still wakes it: firing
+    sets the event and forgets it, and the next reader gets a fresh one.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, per_device: int, per_user: int) -> None:
+        self._per_device = per_device
+        self._per_user = per_user
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._event: asyncio.Event | None = None
+        self._events: dict[str, asyncio.Event] = {}
+        self._users: Counter[str] = Counter()
+        self._devices: Counter[str] = Counter()
+        self._closing = False
+        _OPEN_SIGNALS.add(self)
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._event = asyncio.Event()
 
-    def current(self) -> asyncio.Event:
-        """The event the next change will set; call it from the event loop."""
-        if self._event is None:  # served without a lifespan (some test clients)
-            self.bind(asyncio.get_running_loop())
-        assert self._event is not None
-        return self._event
+    @property
+    def closing(self) -> bool:
+        """True once the service is stopping: long-polls answer at once."""
+        return self._closing
 
-    def fire(self) -> None:
-        """Wake every waiter; callable from any thread."""
+    @property
+    def waiting_users(self) -> int:
+        return len(self._users)
+
+    @contextlib.contextmanager
+    def waiting(self, user_id: str, device_id: str) -> Iterator[None]:
+        """Count one long-poll of this device, or refuse it over the caps."""
+        if self._devices[device_id] >= self._per_device:
+            raise LongPollLimitError(
+                "device", self._per_device, "TURNLEDGER_HTTP_MAX_LONG_POLLS_PER_DEVICE"
+            )
+        if self._users[user_id] >= self._per_user:
+            raise LongPollLimitError(
+                "user", self._per_user, "TURNLEDGER_HTTP_MAX_LONG_POLLS_PER_USER"
+            )
+        self._devices[device_id] += 1
+        self._users[user_id] += 1
+        try:
+            yield
+        finally:
+            self._devices[device_id] -= 1
+            if not self._devices[device_id]:
+                del self._devices[device_id]
+            self._users[user_id] -= 1
+            if not self._users[user_id]:
+                del self._users[user_id]
+                self._events.pop(user_id, None)
+
+    def current(self, user_id: str) -> asyncio.Event:
+        """The event the user's next change will set; call from the event loop."""
+        if self._loop is None:  # served without a lifespan (some test clients)
+            self._loop = asyncio.get_running_loop()
+        event = self._events.get(user_id)
+        if event is None:
+            event = self._events[user_id] = asyncio.Event()
+            if self._closing:
+                event.set()
+        return event
+
+    def fire(self, user_ids: Iterable[str]) -> None:
+        """Wake these users' waiters; callable from any thread."""
+        users = [user for user in user_ids]
+        if users:
+            self._call_in_loop(self._fire_in_loop, users)
+
+    def fire_all(self) -> None:
+        """Wake every waiter once (after a lost connection: anything may be new)."""
+        self._call_in_loop(self._fire_in_loop, None)
+
+    def close(self) -> None:
+        """Stop waiting: every long-poll answers now, and new ones do not wait."""
+        self._closing = True
+        self.fire_all()
+
+    def _call_in_loop(self, function: Callable[..., None], *arguments: object) -> None:
         loop = self._loop
         if loop is None or loop.is_closed():
             return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            function(*arguments)
+            return
         # RuntimeError: the loop closed meanwhile, so nobody is waiting.
         with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(self._fire_in_loop)
+            loop.call_soon_threadsafe(function, *arguments)
 
-    def _fire_in_loop(self) -> None:
-        event, self._event = self._event, asyncio.Event()
-        if event is not None:
-            event.set()
+    def _fire_in_loop(self, users: list[str] | None) -> None:
+        for user in list(self._events) if users is None else users:
+            event = self._events.pop(user, None)
+            if event is not None:
+                event.set()
+
+
+_OPEN_SIGNALS: weakref.WeakSet[UserSignals] = weakref.WeakSet()
+
+
+def release_long_polls() -> None:
+    """Answer every long-poll of this process now: the server is stopping."""
+    for signals in list(_OPEN_SIGNALS):
+        signals.close()
+
+
+class LogFollower:
+    """The owners of the events committed since the last look."""
+
+    def __init__(self, ledger: Conversations, feed: ConversationFeed) -> None:
+        self._ledger = ledger
+        self._feed = feed
+        self._position: int | None = None
+
+    def changed_owners(self) -> set[str]:
+        if self._position is None:
+            self._position = self._feed.head_position()
+            return set()
+        owners: set[str] = set()
+        while True:
+            page = self._ledger.recorder.select_notifications(
+                start=self._position + 1, limit=_LOG_PAGE
+            )
+            for notification in page:
+                owner = self._feed.owner_of(_as_uuid(notification.originator_id))
+                if owner is not None:
+                    owners.add(owner)
+                self._position = notification.id
+            if len(page) < _LOG_PAGE:
+                return owners
+
+
+def _as_uuid(value: UUID | str) -> UUID:
+    return value if isinstance(value, UUID) else UUID(str(value))
 
 
 class _Watcher:
-    def __init__(self, signal: ChangeSignal) -> None:
-        self._signal = signal
+    def __init__(self, signals: UserSignals) -> None:
+        self._signals = signals
         self._stopped = threading.Event()
         self._thread = threading.Thread(
             target=self._run, name=type(self).__name__, daemon=True
@@ -82,49 +216,92 @@ class _Watcher:
 
 
 class PostgresListener(_Watcher):
-    """LISTEN on the event store's channel; reconnect after a lost connection."""
+    """LISTEN for commits and revocations; reconnect after a lost connection."""
 
-    def __init__(self, signal: ChangeSignal, conninfo: str, channel: str) -> None:
-        super().__init__(signal)
+    def __init__(
+        self,
+        signals: UserSignals,
+        follower: LogFollower,
+        conninfo: str,
+        *,
+        events_channel: str,
+        devices_channel: str | None,
+    ) -> None:
+        super().__init__(signals)
+        self._follower = follower
         self._conninfo = conninfo
-        self._channel = channel
+        self._events_channel = events_channel
+        self._devices_channel = devices_channel
 
     def _run(self) -> None:
+        failing = False
         while not self._stopped.is_set():
             try:
                 with psycopg.connect(self._conninfo, autocommit=True) as connection:
-                    connection.execute(
-                        sql.SQL("LISTEN {}").format(sql.Identifier(self._channel))
-                    )
+                    for channel in (self._events_channel, self._devices_channel):
+                        if channel:
+                            connection.execute(
+                                sql.SQL("LISTEN {}").format(sql.Identifier(channel))
+                            )
                     # Anything may have been written while (re)connecting.
-                    self._signal.fire()
+                    self._follower.changed_owners()
+                    self._signals.fire_all()
+                    if failing:
+                        logger.warning("sync listener connected again")
+                        failing = False
                     while not self._stopped.is_set():
-                        for _ in connection.notifies(timeout=0.5, stop_after=1):
-                            self._signal.fire()
-            except psycopg.Error as error:
-                logger.warning("sync listener lost its connection: %s", error)
-                self._signal.fire()
-                self._stopped.wait(1.0)
+                        self._serve(connection)
+            except Exception as error:  # a lost connection or a failed read
+                if not failing:  # once per outage, not every half second
+                    logger.warning("sync listener lost its connection: %s", error)
+                    failing = True
+                self._signals.fire_all()
+                self._stopped.wait(0.5)
+
+    def _serve(self, connection: psycopg.Connection[tuple[object, ...]]) -> None:
+        notifies = list(connection.notifies(timeout=0.5, stop_after=1))
+        if not notifies:
+            return
+        # Drain what else is queued, so a burst of commits costs one read.
+        notifies += connection.notifies(timeout=0.0)
+        users = {n.payload for n in notifies if n.channel == self._devices_channel}
+        if any(n.channel == self._events_channel for n in notifies):
+            users |= self._follower.changed_owners()
+        self._signals.fire(users)
 
 
-class HeadPoller(_Watcher):
-    """Poll the head position of the log (SQLite and memory)."""
+class Poller(_Watcher):
+    """Poll the log and the revocations (SQLite and memory)."""
 
     def __init__(
-        self, signal: ChangeSignal, head_position: Callable[[], int], interval: float
+        self,
+        signals: UserSignals,
+        follower: LogFollower,
+        registry: DeviceRegistry,
+        interval: float,
     ) -> None:
-        super().__init__(signal)
-        self._head_position = head_position
+        super().__init__(signals)
+        self._follower = follower
+        self._registry = registry
         self._interval = interval
 
     def _run(self) -> None:
-        last = -1
+        # Revocations are read with an overlap, as a revocation may commit a
+        # little after the time it records; those already seen are skipped.
+        seen: dict[str, datetime] = {}
         while not self._stopped.wait(self._interval):
             try:
-                head = self._head_position()
+                users = self._follower.changed_owners()
+                now = datetime.now(UTC)
+                revoked = self._registry.revoked_since(now - _REVOCATION_OVERLAP)
             except Exception as error:  # a transient database error: try again
-                logger.warning("sync poller could not read the log head: %s", error)
+                logger.warning("sync poller could not read the log: %s", error)
                 continue
-            if head != last:
-                last = head
-                self._signal.fire()
+            for device in revoked:
+                if device.device_id not in seen and device.revoked_at is not None:
+                    seen[device.device_id] = device.revoked_at
+                    users.add(device.user_id)
+            for device_id, at in list(seen.items()):
+                if at < now - 2 * _REVOCATION_OVERLAP:
+                    del seen[device_id]
+            self._signals.fire(users)

@@ -1,8 +1,10 @@
 """Request and response bodies of the HTTP API (version 1).
 
 Request models are strict (no "5" for 5) and forbid unknown fields, so a typo
-is reported instead of silently ignored. Texts are checked again by the
-ledger, which rejects unpaired surrogates and empty questions.
+is reported instead of silently ignored. No text may hold NUL (PostgreSQL
+cannot store it), which is refused here, before anything runs. Texts are
+checked again by the ledger, which rejects unpaired surrogates, NUL and empty
+questions.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal, Self
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from turnledger.domain.application import MAX_HISTORY_PAGE
 from turnledger.domain.feed import MAX_CHANGES_PER_READ
@@ -32,6 +34,14 @@ Identifier = Annotated[
 
 class RequestModel(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _no_nul(cls, value: Any) -> Any:
+        texts = value if isinstance(value, list) else [value]
+        if any(isinstance(text, str) and "\x00" in text for text in texts):
+            raise ValueError("must not contain NUL (U+0000)")
+        return value
 
 
 # Errors -------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""What the routes share: the ledger, the change feed, devices, cursors, signals."""
+"""What the routes share: the ledger, the change feed, devices, cursors, wake-ups."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from turnledger.domain.application import Conversations
 from turnledger.domain.feed import ConversationFeed
 from turnledger.infra.devices import Device, DeviceRegistry
 from turnledger.infra.http.cursor import CursorCodec
-from turnledger.infra.http.notifier import ChangeSignal
+from turnledger.infra.http.notifier import UserSignals
 from turnledger.infra.settings import Settings
 from turnledger.infra.tokenizers import token_counter
 from turnledger.projections.tokens import TokenCounter
@@ -43,13 +43,17 @@ class Service:
     registry: DeviceRegistry
     cursors: CursorCodec
     feed: ConversationFeed = field(init=False)
-    signal: ChangeSignal = field(default_factory=ChangeSignal)
+    signals: UserSignals = field(init=False)
     locks: ConversationLocks = field(default_factory=ConversationLocks)
 
     _counters: dict[str, TokenCounter] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.feed = ConversationFeed(self.ledger)
+        self.signals = UserSignals(
+            per_device=self.settings.http_max_long_polls_per_device,
+            per_user=self.settings.http_max_long_polls_per_user,
+        )
 
     def token_counter(self, name: str) -> TokenCounter:
         """The named counter, loaded once (tiktoken encodings take a while)."""

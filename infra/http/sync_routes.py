@@ -3,7 +3,8 @@
 Modelled on Matrix's `/sync?since=`: the response carries the changes in log
 order and the cursor to pass next time. With `timeout`, a request that finds
 nothing new waits for up to that many seconds and returns as soon as one of
-the user's changes is committed, by this process or any other.
+the user's changes is committed, by this process or any other. A service that
+is stopping answers its waiting long-polls at once, with what they have.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query
 from starlette.concurrency import run_in_threadpool
 
+from turnledger.domain.errors import UnauthenticatedError
 from turnledger.domain.feed import (
     Change,
+    ChangeBatch,
     ConversationStartedChange,
     HistoryDeletedChange,
     OtherChange,
@@ -65,26 +68,53 @@ async def sync(
 ) -> SyncOut:
     user_id = device.user_id
     position = service.cursors.decode(user_id, since) if since is not None else 0
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + min(timeout, service.settings.sync_max_wait_seconds)
-    while True:
-        # Take the wake-up event before reading, so a commit landing between
-        # the read and the wait is not missed.
-        woken = service.signal.current()
+    wait = min(timeout, service.settings.sync_max_wait_seconds)
+    if wait > 0 and not service.signals.closing:
+        with service.signals.waiting(user_id, device.device_id):
+            batch = await _read_or_wait(service, device, position, wait, limit)
+    else:
         batch = await run_in_threadpool(
             service.feed.changes_since, user_id, position, limit=limit
         )
-        position = batch.position
-        remaining = deadline - loop.time()
-        if batch.changes or not batch.caught_up or remaining <= 0:
-            break
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(woken.wait(), remaining)
     return SyncOut(
         changes=[_change_out(change) for change in batch.changes],
-        next_cursor=service.cursors.encode(user_id, position),
+        next_cursor=service.cursors.encode(user_id, batch.position),
         has_more=not batch.caught_up,
     )
+
+
+async def _read_or_wait(
+    service: Service, device: Device, position: int, wait: float, limit: int
+) -> ChangeBatch:
+    """The next batch of the user's changes, waiting up to `wait` s for one.
+
+    Wakes only for this user's changes, for a revocation of one of the user's
+    devices, and when the service stops. After each wake-up the device is
+    checked again, after the read, so a device revoked while it waited is
+    answered 401 and never handed a change committed after its revocation.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait
+    waited = False
+    while True:
+        # Take the wake-up event before reading, so a commit landing between
+        # the read and the wait is not missed.
+        woken = service.signals.current(device.user_id)
+        batch = await run_in_threadpool(
+            service.feed.changes_since, device.user_id, position, limit=limit
+        )
+        if waited and await run_in_threadpool(
+            service.registry.is_revoked, device.device_id
+        ):
+            raise UnauthenticatedError("this device token has been revoked")
+        remaining = deadline - loop.time()
+        if batch.changes or not batch.caught_up or remaining <= 0:
+            return batch
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(woken.wait(), remaining)
+        waited = True
+        if service.signals.closing:
+            return batch
 
 
 def _change_out(

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from pydantic import SecretStr
 
 from turnledger.infra.devices import open_device_registry
 from turnledger.infra.settings import Settings
@@ -40,21 +41,17 @@ def free_port() -> int:
 
 
 def settings_env(settings: Settings) -> dict[str, str]:
-    """The TURNLEDGER_* environment that makes `serve` open these settings."""
+    """The TURNLEDGER_* environment that makes `serve` open these settings.
+
+    Every setting is passed, so a child process runs with exactly these.
+    """
     env = {k: v for k, v in os.environ.items() if not k.startswith("TURNLEDGER_")}
-    env.update(
-        TURNLEDGER_PERSISTENCE=settings.persistence,
-        TURNLEDGER_DATA_DIR=str(settings.data_dir),
-        TURNLEDGER_POSTGRES_HOST=settings.postgres_host,
-        TURNLEDGER_POSTGRES_PORT=str(settings.postgres_port),
-        TURNLEDGER_POSTGRES_DBNAME=settings.postgres_dbname,
-        TURNLEDGER_POSTGRES_USER=settings.postgres_user,
-        TURNLEDGER_POSTGRES_PASSWORD=settings.postgres_password.get_secret_value(),
-        TURNLEDGER_POSTGRES_SCHEMA=settings.postgres_schema,
-        TURNLEDGER_POSTGRES_POOL_SIZE=str(settings.postgres_pool_size),
-    )
-    if settings.master_key is not None:
-        env["TURNLEDGER_MASTER_KEY"] = settings.master_key.get_secret_value()
+    for name, value in settings:
+        if value is None:
+            continue
+        if isinstance(value, SecretStr):
+            value = value.get_secret_value()
+        env[f"TURNLEDGER_{name.upper()}"] = str(value)
     return env
 
 

@@ -120,6 +120,8 @@ def test_a_user_can_neither_see_nor_revoke_another_users_devices(
         ("alice", ""),
         ("alice", "x" * 101),
         ("alice", "bad \ud800"),
+        ("alice", "nul \x00 inside"),
+        ("ali\x00ce", "phone"),
     ],
 )
 def test_bad_users_and_names_are_rejected_and_add_nothing(

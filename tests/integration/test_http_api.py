@@ -509,3 +509,206 @@ def test_an_application_service_records_a_fold_and_windows_send_it(api: Api) -> 
         json={"covers_through_turn_id": "nope", "summary": "s"},
     )
     assert missing.status_code == 404
+
+
+def row_counts(settings: Settings) -> dict[str, int]:
+    """Rows in every table the store keeps (device store included)."""
+    counts: dict[str, int] = {}
+    if settings.persistence == "postgres":
+        import psycopg
+        from psycopg import sql
+
+        with psycopg.connect(settings.postgres_conninfo()) as connection:
+            tables = connection.execute(
+                "SELECT table_name FROM information_schema.tables "
+                "WHERE table_schema = %s AND table_type = 'BASE TABLE'",
+                (settings.postgres_schema,),
+            ).fetchall()
+            for (table,) in tables:
+                row = connection.execute(
+                    sql.SQL("SELECT count(*) FROM {}").format(
+                        sql.Identifier(settings.postgres_schema, table)
+                    )
+                ).fetchone()
+                assert row is not None
+                counts[table] = int(row[0])
+    elif settings.persistence == "sqlite":
+        import sqlite3
+
+        for path in sorted(settings.data_dir.glob("*.sqlite3")):
+            with sqlite3.connect(path) as connection:
+                tables = connection.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'table'"
+                ).fetchall()
+                for (table,) in tables:
+                    (count,) = connection.execute(
+                        f'SELECT count(*) FROM "{table}"'
+                    ).fetchone()
+                    counts[f"{path.name}/{table}"] = int(count)
+    assert counts or settings.persistence == "memory"
+    return counts
+
+
+NUL_REQUESTS: list[tuple[str, str, dict[str, Any] | None]] = [
+    ("PUT", "/turns/t9", {"question": "nul \x00 here", "answer": "a"}),
+    ("PUT", "/turns/t9", {"question": "q", "answer": "a\x00"}),
+    ("PUT", "/turns/t9", {"question": "q", "answer": "\x00", "status": "failed"}),
+    ("PUT", "/turns/t%009", {"question": "q", "answer": "a"}),
+    ("POST", "/folds", {"covers_through_turn_id": "t1", "summary": "s\x00"}),
+    ("POST", "/folds", {"covers_through_turn_id": "t\x001", "summary": "s"}),
+    ("POST", "/window", {"question": "q\x00", "model": "m"}),
+    ("POST", "/window", {"question": "q", "model": "m", "system": "\x00"}),
+    ("POST", "/deletions", {"turn_ids": ["t\x001"]}),
+    ("POST", "", {"client_key": "k\x00"}),
+    ("POST", "devices", {"name": "my \x00 phone"}),
+    ("DELETE", "devices/dev_%00", None),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "body"), NUL_REQUESTS)
+def test_nul_in_any_text_or_id_is_a_422_and_writes_no_row_anywhere(
+    api: Api,
+    settings: Settings,
+    method: str,
+    path: str,
+    body: dict[str, Any] | None,
+) -> None:
+    before = row_counts(settings)
+    devices = api.http.get("/v1/devices", headers=api.auth).json()
+    if path.startswith("devices"):
+        url = f"/v1/{path}"
+    elif path:
+        url = f"/v1/conversations/{api.conversation}{path}"
+    else:
+        url = "/v1/conversations"
+    response = api.http.request(method, url, headers=api.auth, json=body)
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["code"] in {"invalid_request", "invalid_input"}
+    assert row_counts(settings) == before
+    assert api.http.get("/v1/devices", headers=api.auth).json() == devices
+
+
+def test_nul_is_refused_by_the_python_api_with_invalid_input(api: Api) -> None:
+    from turnledger.domain.errors import InvalidInputError
+
+    service = api.http.app.state.service  # type: ignore[attr-defined]
+    conversation = UUID(api.conversation)
+    before = api.head()
+    with pytest.raises(InvalidInputError, match="NUL"):
+        service.ledger.confirm_turn(
+            "alice", conversation, turn_id="t9", question="q\x00", answer="a"
+        )
+    with pytest.raises(InvalidInputError, match="NUL"):
+        service.ledger.record_fold(
+            "alice", conversation, covers_through_turn_id="t1", summary="\x00"
+        )
+    with pytest.raises(InvalidInputError, match="NUL"):
+        service.registry.add("alice", "\x00")
+    assert api.head() == before
+
+
+def test_a_retried_keyed_start_reports_the_conversations_current_version(
+    api: Api,
+) -> None:
+    first = api.http.post(
+        "/v1/conversations", headers=api.auth, json={"client_key": "kv"}
+    )
+    conversation = first.json()["conversation_id"]
+    assert first.json()["version"] == 1
+    put = api.http.put(
+        turn_url(api, "k1", conversation),
+        headers=api.auth,
+        json={"question": "q", "answer": "a"},
+    )
+    assert put.json()["version"] == 2
+    again = api.http.post(
+        "/v1/conversations", headers=api.auth, json={"client_key": "kv"}
+    )
+    assert again.status_code == 201
+    assert again.json() == {"conversation_id": conversation, "version": 2}
+    # The version it reports is the one to build on.
+    built = api.http.put(
+        turn_url(api, "k2", conversation),
+        headers=api.auth,
+        json={"question": "q", "answer": "a", "expected_version": 2},
+    )
+    assert built.status_code == 200, built.text
+
+
+def test_a_write_wakes_only_its_own_users_long_polls(api: Api) -> None:
+    """Idle long-polls of other users are not woken, so they read nothing."""
+    service = api.http.app.state.service  # type: ignore[attr-defined]
+    reads: dict[str, int] = {}
+    changes_since = service.feed.changes_since
+
+    def counting(owner_id: str, position: int, **kwargs: Any) -> Any:
+        reads[owner_id] = reads.get(owner_id, 0) + 1
+        return changes_since(owner_id, position, **kwargs)
+
+    service.feed.changes_since = counting
+    bob = {"Authorization": f"Bearer {service.registry.add('bob', 'b').token}"}
+    carol = {"Authorization": f"Bearer {service.registry.add('carol', 'c').token}"}
+    answers: list[Any] = []
+
+    def long_poll(headers: dict[str, str]) -> None:
+        answers.append(
+            api.http.get("/v1/sync", headers=headers, params={"timeout": 2}).json()
+        )
+
+    waiting = [threading.Thread(target=long_poll, args=(h,)) for h in (bob, carol)]
+    for thread in waiting:
+        thread.start()
+    time.sleep(0.3)
+    for n in range(10):
+        put = api.http.put(
+            turn_url(api, f"w{n}"),
+            headers=api.auth,
+            json={"question": "q", "answer": "a"},
+        )
+        assert put.status_code == 200
+        time.sleep(0.02)
+    for thread in waiting:
+        thread.join(timeout=10)
+    assert [answer["changes"] for answer in answers] == [[], []]
+    # One read when each long-poll began and one when it timed out: none of
+    # alice's ten writes made bob or carol read the log.
+    assert reads["bob"] == 2, reads
+    assert reads["carol"] == 2, reads
+
+
+def test_liveness_and_readiness_answer_without_a_token(api: Api) -> None:
+    assert api.http.get("/v1/health").json() == {"status": "ok"}
+    ready = api.http.get("/v1/ready")
+    assert ready.status_code == 200
+    assert ready.json()["status"] == "ready"
+    assert ready.json()["database"] == "available"
+    assert "/v1/ready" in api.http.get("/openapi.json").json()["paths"]
+
+
+def test_a_long_poll_is_released_when_its_device_is_revoked_outside_the_service(
+    api: Api,
+) -> None:
+    """Revoked through the registry directly (as `turnledger device revoke`
+    does): the service hears of it from the store, not from its own route."""
+    service = api.http.app.state.service  # type: ignore[attr-defined]
+    issued = service.registry.add("alice", "tablet")
+    tablet = {"Authorization": f"Bearer {issued.token}"}
+    cursor = api.http.get("/v1/sync", headers=tablet).json()["next_cursor"]
+    outcome: list[tuple[int, float]] = []
+
+    def long_poll() -> None:
+        response = api.http.get(
+            "/v1/sync", headers=tablet, params={"since": cursor, "timeout": 10}
+        )
+        outcome.append((response.status_code, time.monotonic()))
+
+    thread = threading.Thread(target=long_poll)
+    thread.start()
+    time.sleep(0.5)
+    assert not outcome
+    revoked_at = time.monotonic()
+    service.registry.revoke(issued.device.device_id)
+    thread.join(timeout=15)
+    status, answered_at = outcome[0]
+    assert status == 401
+    assert answered_at - revoked_at < 1.0, answered_at - revoked_at

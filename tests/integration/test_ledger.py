@@ -316,7 +316,7 @@ def test_close_and_reopen_keeps_everything_byte_identical(
 ) -> None:
     ledger = open_ledger()
     conversation_id = ledger.start_conversation(OWNER)
-    texts = [MIXED, "\u2028line\u2029sep", "tab\tnul\x00ctl\x1f", "<>&='", "😀" * 50]
+    texts = [MIXED, "\u2028line\u2029sep", "tab\tctl\x01\x1f", "<>&='", "😀" * 50]
     for index, text in enumerate(texts):
         confirm(ledger, conversation_id, f"t{index}", question=text, answer=text[::-1])
     ledger.record_abandoned_turn(

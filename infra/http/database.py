@@ -1,0 +1,286 @@
+"""Database outages at the edge: a fast 503 with Retry-After, never a hang or a 500.
+
+One probe per process checks the database every few hundred milliseconds with
+a short deadline. While it fails, every route that needs the database is
+answered 503 at once (liveness, readiness and the API document are not), and
+requests already in flight are answered 503 as soon as the probe fails: the
+libraries below retry for many seconds before they give up, and a client is
+better served by a prompt "retry later" than by a stalled socket. The work of
+such a request may still complete afterwards, so a 503 means "not
+acknowledged", not "not written": retried with the same turn id or client key,
+the request is answered from what was recorded (docs/sync.md).
+
+The probe recovers by itself: the first successful check serves requests again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sqlite3
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import eventsourcing.persistence as es_persistence
+import psycopg
+from fastapi import FastAPI, Request
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from turnledger.domain.errors import DatabaseUnavailableError
+from turnledger.infra.http.errors import ErrorJSONResponse, error_response
+
+logger = logging.getLogger(__name__)
+
+OUTAGE_ERRORS: tuple[type[Exception], ...] = (
+    DatabaseUnavailableError,
+    # psycopg_pool's PoolTimeout, PoolClosed and TooManyRequests are
+    # OperationalErrors too.
+    psycopg.OperationalError,
+    psycopg.InterfaceError,
+    # What the event store's recorders raise once their own retries are spent.
+    es_persistence.OperationalError,
+    es_persistence.InterfaceError,
+    # SQLite: "database is locked" after the busy timeout, disk I/O errors.
+    sqlite3.OperationalError,
+)
+"""Exceptions that mean "the database is not answering", from every layer."""
+
+
+def is_outage(error: BaseException) -> bool:
+    return isinstance(error, OUTAGE_ERRORS)
+
+
+@dataclass(frozen=True, slots=True)
+class Availability:
+    available: bool
+    since: float
+    """time.time() of the last change of state."""
+    reason: str | None = None
+
+
+class DatabaseMonitor:
+    """Checks the database on a schedule and says whether it is reachable.
+
+    `check` is awaited with a deadline; raising or running past it means
+    unavailable. Use from the event loop only (except `poke_threadsafe`).
+    """
+
+    def __init__(
+        self,
+        check: Callable[[], Awaitable[None]],
+        *,
+        interval: float,
+        timeout: float,
+    ) -> None:
+        self._check = check
+        self._interval = interval
+        self._timeout = timeout
+        self._state = Availability(available=True, since=time.time())
+        self._went_down = asyncio.Event()
+        self._poked = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+
+    @property
+    def state(self) -> Availability:
+        return self._state
+
+    @property
+    def available(self) -> bool:
+        return self._state.available
+
+    def went_down(self) -> asyncio.Event:
+        """Set when the database is next found unavailable."""
+        return self._went_down
+
+    def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._task = self._loop.create_task(self._run(), name="database-monitor")
+
+    async def stop(self) -> None:
+        # Asked to stop rather than cancelled: on Python 3.11, cancelling a task
+        # inside asyncio.wait_for can be swallowed when the inner wait ends at
+        # the same moment, and the task would then never end.
+        self._stopping = True
+        self._poked.set()
+        if self._task is not None:
+            done, _ = await asyncio.wait({self._task}, timeout=self._timeout + 1)
+            if not done:
+                self._task.cancel()
+
+    def poke(self) -> None:
+        """Check now: a request has just failed on the database."""
+        self._poked.set()
+
+    def poke_threadsafe(self) -> None:
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._poked.set)
+
+    async def check_now(self) -> Availability:
+        try:
+            await asyncio.wait_for(self._check(), self._timeout)
+        except Exception as error:  # any failure of the check means "down"
+            reason = (
+                f"no answer within {self._timeout:g} s"
+                if isinstance(error, TimeoutError)
+                else _one_line(error)
+            )
+            self._mark(available=False, reason=reason)
+        else:
+            self._mark(available=True, reason=None)
+        return self._state
+
+    def _mark(self, *, available: bool, reason: str | None) -> None:
+        if available == self._state.available:
+            if not available:
+                self._state = Availability(False, self._state.since, reason)
+            return
+        self._state = Availability(available, time.time(), reason)
+        if available:
+            logger.warning("database available again")
+            self._went_down = asyncio.Event()
+        else:
+            logger.warning("database unavailable: %s", reason)
+            self._went_down.set()
+
+    async def _run(self) -> None:
+        while not self._stopping:
+            await self.check_now()
+            # Look more often while down, so service resumes promptly.
+            interval = self._interval if self.available else min(self._interval, 0.2)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._poked.wait(), interval)
+            self._poked.clear()
+
+
+def _one_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}"[:200]
+
+
+def unavailable_response(retry_after: int) -> ErrorJSONResponse:
+    return error_response(
+        503,
+        "database_unavailable",
+        "the database is unavailable; nothing was acknowledged: retry after "
+        f"{retry_after} s with the same turn ids and client keys",
+        headers={"Retry-After": str(retry_after)},
+    )
+
+
+class PostgresCheck:
+    """`SELECT 1` on one connection of its own, reconnecting after a failure."""
+
+    def __init__(self, conninfo: str) -> None:
+        self._conninfo = conninfo
+        self._connection: psycopg.AsyncConnection[tuple[object, ...]] | None = None
+
+    async def __call__(self) -> None:
+        try:
+            if self._connection is None or self._connection.closed:
+                self._connection = await psycopg.AsyncConnection.connect(
+                    self._conninfo, autocommit=True
+                )
+            await self._connection.execute("SELECT 1")
+        except BaseException:
+            # Cancelled by the deadline, or failed: start afresh next time.
+            await self.close()
+            raise
+
+    async def close(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            with contextlib.suppress(Exception):
+                await connection.close()
+
+
+class DatabaseGuard:
+    """Answers 503 on every guarded route while the database is unavailable.
+
+    A request in flight when the probe fails is answered 503 at once unless its
+    response has started; its work is left to finish or fail on its own, and
+    whatever it would have answered is dropped.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        monitor: Callable[[], DatabaseMonitor | None],
+        unguarded: frozenset[str],
+        retry_after: int,
+    ) -> None:
+        self.app = app
+        self._monitor = monitor
+        self._unguarded = unguarded
+        self._retry_after = retry_after
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        monitor = self._monitor()
+        if (
+            scope["type"] != "http"
+            or monitor is None
+            or scope["path"] in self._unguarded
+        ):
+            await self.app(scope, receive, send)
+            return
+        if not monitor.available:
+            await unavailable_response(self._retry_after)(scope, receive, send)
+            return
+        went_down = monitor.went_down()
+        started = answered = False
+
+        async def guarded_send(message: Message) -> None:
+            nonlocal started
+            if answered:
+                return  # the client already has its 503
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        work = asyncio.ensure_future(self.app(scope, receive, guarded_send))
+        outage = asyncio.ensure_future(went_down.wait())
+        try:
+            await asyncio.wait({work, outage}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            work.cancel()
+            outage.cancel()
+            raise
+        outage.cancel()
+        if work.done() or started:
+            await work
+            return
+        answered = True
+        work.add_done_callback(_forget)
+        await unavailable_response(self._retry_after)(scope, receive, send)
+
+
+def _forget(work: asyncio.Future[None]) -> None:
+    """Collect the outcome of a request already answered 503."""
+    if work.cancelled():
+        return
+    error = work.exception()
+    if error is not None and not is_outage(error):
+        logger.warning("a request answered 503 later failed: %s", _one_line(error))
+
+
+def install_outage_handlers(app: FastAPI, *, retry_after: int) -> None:
+    """Every outage error, from any layer, becomes a 503 (and a check now)."""
+
+    async def on_outage(request: Request, error: Exception) -> Response:
+        monitor: DatabaseMonitor | None = getattr(
+            request.app.state, "database_monitor", None
+        )
+        if monitor is not None:
+            monitor.poke()
+        logger.warning("database error answered 503: %s", _one_line(error))
+        return unavailable_response(retry_after)
+
+    for kind in OUTAGE_ERRORS:
+        app.add_exception_handler(kind, on_outage)
