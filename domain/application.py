@@ -126,7 +126,7 @@ class Conversations(Application[UUID]):
             vault=vault,
         )
         # Snapshots the first release wrote: never loaded, still audited.
-        self.legacy_snapshots = EventStore(
+        self.legacy_snapshots: EventStore[UUID] | None = EventStore(
             mapper=self.mapper, recorder=self.factory.aggregate_recorder("snapshots")
         )
         self._writes = BatchWriter(read_side=self.read_side, save=self.save)

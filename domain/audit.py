@@ -559,6 +559,8 @@ class Auditor:
         snapshot (another owner, an undeleted turn) would be served as truth.
         """
         store = self.ledger.legacy_snapshots
+        if store is None:  # a store that never had snapshots
+            return
         conversation_id = audit.conversation_id
         try:
             snapshots: list[Any] = list(store.get(conversation_id))

@@ -164,7 +164,7 @@ def _audit(arguments: argparse.Namespace, console: Console) -> AuditReport:
             )
     if arguments.against is not None:
         anchors.update(anchors_from_report(arguments.against))
-    ledger = open_conversations(settings)
+    ledger = open_conversations(settings, read_only=True)
     try:
         if not arguments.no_index:
             anchors = {**_read_side_anchors(ledger), **anchors}
@@ -259,7 +259,7 @@ def run_history(arguments: argparse.Namespace) -> int:
     settings = Settings()
     console = Console()
     version, at = _parse_at(arguments.at)
-    ledger = open_conversations(settings)
+    ledger = open_conversations(settings, read_only=True)
     try:
         page = history_at(
             ledger, arguments.owner, arguments.conversation, version=version, at=at
@@ -306,7 +306,8 @@ def _parse_at(value: str) -> tuple[int | None, datetime | None]:
 def run_rebuild(arguments: argparse.Namespace) -> int:
     settings = Settings()
     console = Console()
-    ledger = open_conversations(settings)
+    # --check only reads; a rebuild replaces the rows.
+    ledger = open_conversations(settings, read_only=arguments.check)
     try:
         latest = ledger.recorder.max_notification_id() or 0
         with _progress(console, "replaying the log", latest) as advance:

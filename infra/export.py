@@ -36,7 +36,7 @@ def register(subparsers: Any) -> None:
 
 
 def run(arguments: argparse.Namespace) -> int:
-    ledger = open_conversations(Settings())
+    ledger = open_conversations(Settings(), read_only=True)
     try:
         with _destination(arguments.output) as out:
             for record in export_records(

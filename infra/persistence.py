@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import sqlite3
+from contextlib import closing
+
+import psycopg
+
 from turnledger.domain.application import Conversations
+from turnledger.domain.errors import InvalidInputError
 from turnledger.infra.keystore import KeyStore, MemoryKeyStore
 from turnledger.infra.postgres import PostgresKeyStore, ensure_schema
 from turnledger.infra.read_side import upgrade_if_needed
@@ -56,7 +62,7 @@ def eventsourcing_env(settings: Settings) -> dict[str, str]:
     return env
 
 
-def master_key(settings: Settings) -> bytes:
+def master_key(settings: Settings, *, create: bool = True) -> bytes:
     if settings.master_key is not None:
         return decode_master_key(settings.master_key.get_secret_value())
     if settings.master_key_file is not None:
@@ -67,6 +73,10 @@ def master_key(settings: Settings) -> bytes:
         # Never created here: a configured file is the operator's.
         return load_or_create_key_file(settings.master_key_file)
     if settings.persistence == "sqlite":
+        if not create and not settings.default_master_key_path.exists():
+            raise MasterKeyError(
+                f"{settings.default_master_key_path} is missing: nothing to read"
+            )
         # The event log holds the sealed text; the key file may just have been
         # created empty by the key store.
         return load_or_create_key_file(
@@ -76,23 +86,30 @@ def master_key(settings: Settings) -> bytes:
     return decode_master_key(new_master_key())  # memory: lives as long as the process
 
 
-def key_store(settings: Settings) -> KeyStore:
+def key_store(settings: Settings, *, read_only: bool = False) -> KeyStore:
     match settings.persistence:
         case "memory":
             return MemoryKeyStore()
         case "sqlite":
-            return SQLiteKeyStore(settings.sqlite_keys_path)
+            return SQLiteKeyStore(settings.sqlite_keys_path, read_only=read_only)
         case "postgres":
             return PostgresKeyStore(
-                settings.postgres_conninfo(), settings.postgres_schema, pool_size=4
+                settings.postgres_conninfo(),
+                settings.postgres_schema,
+                pool_size=4,
+                read_only=read_only,
             )
 
 
-def open_conversations(settings: Settings) -> Conversations:
+def open_conversations(settings: Settings, *, read_only: bool = False) -> Conversations:
     """The ledger application for these settings, its stores created if needed.
 
     A store written before the read side existed gets it built from its log.
+    With `read_only` (audits, history, windows, exports), nothing is created,
+    upgraded or purged: the store is left exactly as it is found.
     """
+    if read_only:
+        return _open_read_only(settings)
     if settings.persistence == "sqlite":
         settings.data_dir.mkdir(parents=True, exist_ok=True)
     if settings.persistence == "postgres":
@@ -116,3 +133,42 @@ def open_conversations(settings: Settings) -> Conversations:
         ledger.close()
         raise
     return ledger
+
+
+def _open_read_only(settings: Settings) -> Conversations:
+    if settings.persistence == "sqlite" and not settings.sqlite_events_path.exists():
+        raise InvalidInputError(
+            "TURNLEDGER_DATA_DIR", f"no store at {settings.data_dir}: nothing to read"
+        )
+    vault = KeyVault(
+        key_store(settings, read_only=True), master_key(settings, create=False)
+    )
+    try:
+        env = {**eventsourcing_env(settings), "CREATE_TABLE": "n"}
+        ledger = Conversations(env, vault=vault, max_turn_bytes=settings.max_turn_bytes)
+    except BaseException:
+        vault.close()
+        raise
+    if not _has_legacy_snapshots(settings):
+        ledger.legacy_snapshots = None
+    return ledger
+
+
+def _has_legacy_snapshots(settings: Settings) -> bool:
+    """Whether the store has the snapshot table the first release wrote."""
+    match settings.persistence:
+        case "sqlite":
+            uri = f"file:{settings.sqlite_events_path.resolve()}?mode=ro"
+            with closing(sqlite3.connect(uri, uri=True)) as connection:
+                row = connection.execute(
+                    "SELECT 1 FROM sqlite_master WHERE name = 'stored_snapshots'"
+                ).fetchone()
+            return row is not None
+        case "postgres":
+            with psycopg.connect(settings.postgres_conninfo()) as connection:
+                found = connection.execute(
+                    "SELECT to_regclass(%s)",
+                    (f"{settings.postgres_schema}.conversations_snapshots",),
+                ).fetchone()
+            return found is not None and found[0] is not None
+    return True

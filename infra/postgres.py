@@ -82,6 +82,7 @@ class PostgresKeyStore(KeyStore):
         *,
         pool_size: int = 4,
         horizon_wait_seconds: float = 5.0,
+        read_only: bool = False,
     ) -> None:
         self._conninfo = conninfo
         self._schema = schema
@@ -104,6 +105,8 @@ class PostgresKeyStore(KeyStore):
             check=ConnectionPool.check_connection,
             timeout=5.0,
         )
+        if read_only:  # audits change nothing, tables included
+            return
         with self._pool.connection() as connection:
             self._create_tables(connection)
 

@@ -82,11 +82,20 @@ class SQLiteKeyStore(KeyStore):
     recording the position commit in one transaction.
     """
 
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: Path | str, *, read_only: bool = False) -> None:
+        """`read_only`: for audits, which must change nothing: the file is
+        opened read-only and no table is created."""
+        target = f"file:{Path(path).resolve()}?mode=ro" if read_only else str(path)
         self._connection = sqlite3.connect(
-            str(path), check_same_thread=False, isolation_level=None, timeout=30
+            target,
+            check_same_thread=False,
+            isolation_level=None,
+            timeout=30,
+            uri=read_only,
         )
         self._lock = threading.Lock()
+        if read_only:
+            return
         with self._lock:
             self._connection.execute("PRAGMA secure_delete = ON")
             self._connection.execute("PRAGMA journal_mode = WAL")

@@ -62,7 +62,7 @@ def run(arguments: argparse.Namespace) -> int:
     if overrides:
         policy = type(policy).model_validate({**policy.model_dump(), **overrides})
     counter = token_counter(arguments.tokenizer or settings.window_tokenizer)
-    ledger = open_conversations(settings)
+    ledger = open_conversations(settings, read_only=True)
     try:
         projected = ledger.project_window(
             arguments.owner,

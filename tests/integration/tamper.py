@@ -78,6 +78,18 @@ class RawEvents:
         state[offset] = ord("A") if state[offset] != ord("A") else ord("B")
         self.set_state(conversation_id, version, bytes(state))
 
+    def insert(
+        self, conversation_id: UUID, version: int, topic: str, state: bytes
+    ) -> None:
+        """A new event row, as an INSERT by hand would write it."""
+        self._execute(
+            self._sql(
+                "INSERT INTO EVENTS (originator_id, originator_version, topic, state) "
+                "VALUES (%s, %s, %s, %s)"
+            ),
+            (self._id(conversation_id), version, topic, state),
+        )
+
     def delete(self, conversation_id: UUID, version: int) -> None:
         self._execute(
             self._sql(
