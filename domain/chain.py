@@ -347,7 +347,24 @@ class ChainSealingMapper(Mapper[UUID]):
     are decoded as they were stored.
     """
 
+    # The application maps each new event once to learn its digest, and the
+    # event store maps it again to store it: the second time is served from
+    # here (keyed by the event object, which is frozen once it is sealed).
     def to_stored_event(self, domain_event: DomainEventProtocol[UUID]) -> StoredEvent:
+        sealed: dict[int, tuple[object, StoredEvent]] = self.__dict__.setdefault(
+            "_sealed", {}
+        )
+        remembered = sealed.pop(id(domain_event), None)
+        if remembered is not None and remembered[0] is domain_event:
+            return remembered[1]
+        stored = self._to_stored_event(domain_event)
+        if getattr(domain_event, "previous_digest", None) is not None:
+            if len(sealed) > 10_000:  # events mapped but never stored
+                sealed.clear()
+            sealed[id(domain_event)] = (domain_event, stored)
+        return stored
+
+    def _to_stored_event(self, domain_event: DomainEventProtocol[UUID]) -> StoredEvent:
         event_state: dict[str, Any] = dict(vars(domain_event))
         previous_digest = event_state.pop("previous_digest", None)
         if previous_digest is None:

@@ -367,6 +367,27 @@ class PostgresReadSideRecorder(PostgresApplicationRecorder):
         super().__init__(datastore, **kwargs)
         self._schema = sql.Identifier(datastore.schema)
         self._quiet: list[sql.Composed] | None = None
+        self._insert_keys = sql.SQL(
+            "INSERT INTO {} (conversation_id, turn_id, wrapped_key) "
+            "VALUES (%s, %s, %s) ON CONFLICT DO NOTHING"
+        ).format(self._table(KEY_TABLE))
+        self._insert_turns = sql.SQL("INSERT INTO {} ({}) VALUES ({})").format(
+            self._table("conversation_turns"),
+            sql.SQL(TURN_COLUMNS),
+            sql.SQL(",".join(["%s"] * 12)),
+        )
+        self._upsert_heads = sql.SQL(
+            "INSERT INTO {} ({}) VALUES ({}) ON CONFLICT (conversation_id) "
+            "DO UPDATE SET version = EXCLUDED.version, "
+            "head_digest = EXCLUDED.head_digest, "
+            "turn_count = EXCLUDED.turn_count, "
+            "eligible_count = EXCLUDED.eligible_count, "
+            "modified_at = EXCLUDED.modified_at"
+        ).format(
+            self._table("conversation_heads"),
+            sql.SQL(CONVERSATION_COLUMNS),
+            sql.SQL(",".join(["%s"] * 8)),
+        )
         self.sql_create_statements.extend(
             sql.SQL(statement).format(schema=self._schema)  # type: ignore[arg-type]
             for statement in _READ_SIDE_DDL
@@ -376,10 +397,10 @@ class PostgresReadSideRecorder(PostgresApplicationRecorder):
         return sql.SQL("{}.{}").format(self._schema, sql.Identifier(name))
 
     def _quiet_key_statements(self) -> list[sql.Composed]:
-        """SET LOCAL statements that keep key bytes out of the server log, for
-        the settings this role may change (checked once)."""
+        """One statement that keeps key bytes out of the server log for this
+        transaction, for the settings this role may change (checked once)."""
         if self._quiet is None:
-            quiet = []
+            allowed = []
             with self.datastore.get_connection() as conn:
                 for name, value in QUIET_KEY_SESSION.items():
                     row = conn.execute(
@@ -387,12 +408,14 @@ class PostgresReadSideRecorder(PostgresApplicationRecorder):
                         (name,),
                     ).fetchone()
                     if row is not None and row["allowed"]:
-                        quiet.append(
-                            sql.SQL("SET LOCAL {} = {}").format(
-                                sql.Identifier(name), sql.Literal(value)
+                        allowed.append(
+                            sql.SQL("set_config({}, {}, true)").format(
+                                sql.Literal(name), sql.Literal(value)
                             )
                         )
-            self._quiet = quiet
+            self._quiet = (
+                [sql.SQL("SELECT ") + sql.SQL(", ").join(allowed)] if allowed else []
+            )
         return self._quiet
 
     def _insert_events(
@@ -415,10 +438,7 @@ class PostgresReadSideRecorder(PostgresApplicationRecorder):
             curs.executemany(
                 # A key already there means a duplicate turn: the turn row's
                 # unique key refuses the transaction at commit.
-                sql.SQL(
-                    "INSERT INTO {} (conversation_id, turn_id, wrapped_key) "
-                    "VALUES (%s, %s, %s) ON CONFLICT DO NOTHING"
-                ).format(self._table(KEY_TABLE)),
+                self._insert_keys,
                 [(k.conversation_id, k.key_id, k.wrapped) for k in new_keys],
             )
         changes: RowChanges | None = kwargs.get("read_side")
@@ -430,11 +450,7 @@ class PostgresReadSideRecorder(PostgresApplicationRecorder):
         key, time = _same, _same
         if changes.new_turns:
             curs.executemany(
-                sql.SQL("INSERT INTO {} ({}) VALUES ({})").format(
-                    self._table("conversation_turns"),
-                    sql.SQL(TURN_COLUMNS),
-                    sql.SQL(",".join(["%s"] * 12)),
-                ),
+                self._insert_turns,
                 [turn_values(t, key=key, time=time) for t in changes.new_turns],
             )
         if changes.deletions:
@@ -472,18 +488,7 @@ class PostgresReadSideRecorder(PostgresApplicationRecorder):
             )
         if changes.conversations:
             curs.executemany(
-                sql.SQL(
-                    "INSERT INTO {} ({}) VALUES ({}) ON CONFLICT (conversation_id) "
-                    "DO UPDATE SET version = EXCLUDED.version, "
-                    "head_digest = EXCLUDED.head_digest, "
-                    "turn_count = EXCLUDED.turn_count, "
-                    "eligible_count = EXCLUDED.eligible_count, "
-                    "modified_at = EXCLUDED.modified_at"
-                ).format(
-                    self._table("conversation_heads"),
-                    sql.SQL(CONVERSATION_COLUMNS),
-                    sql.SQL(",".join(["%s"] * 8)),
-                ),
+                self._upsert_heads,
                 [
                     conversation_values(r, key=key, time=time)
                     for r in changes.conversations
