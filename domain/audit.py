@@ -174,7 +174,7 @@ class Auditor:
         self.leaf_positions: list[int] = []
         self.log_findings: list[Finding] = []
         self.page_size = page_size
-        self.token_counters = dict(token_counters or {})
+        self.token_counters: Mapping[str, TokenCounter] = token_counters or {}
         self.progress = progress or (lambda count: None)
 
     def total_events(self, conversation_id: UUID | None = None) -> int:
@@ -607,8 +607,11 @@ class Auditor:
         self, receipt: WindowReceipt
     ) -> tuple[str, WindowPolicy, TokenCounter]:
         model, policy, counter_name = parse_receipt_policy(receipt.policy)
-        counters = {CHAR_ESTIMATE.name: CHAR_ESTIMATE, **self.token_counters}
-        counter = counters.get(counter_name)
+        counter = (
+            CHAR_ESTIMATE
+            if counter_name == CHAR_ESTIMATE.name
+            else self.token_counters.get(counter_name)
+        )
         if counter is None:
             raise InvalidInputError(
                 "policy", f"token counter {counter_name!r} is not available here"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import gzip
 import hashlib
+from collections.abc import Iterator, Mapping
 from functools import cache
 from importlib import resources
 from typing import Literal, get_args
@@ -133,3 +134,24 @@ def token_counter(name: str) -> TokenCounter:
     if name in _SPECS:
         return TiktokenCounter(load_encoding(name), name)
     raise ValueError(f"unknown tokenizer {name!r}; expected one of {list(TOKENIZERS)}")
+
+
+class KnownTokenCounters(Mapping[str, TokenCounter]):
+    """Every counter this installation can build, by the name receipts record;
+    each loaded on first use (an audit needs only those its receipts name)."""
+
+    def __init__(self) -> None:
+        self._loaded: dict[str, TokenCounter] = {}
+
+    def __getitem__(self, name: str) -> TokenCounter:
+        if name not in TOKENIZERS:
+            raise KeyError(name)
+        if name not in self._loaded:
+            self._loaded[name] = token_counter(name)
+        return self._loaded[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(TOKENIZERS)
+
+    def __len__(self) -> int:
+        return len(TOKENIZERS)

@@ -22,6 +22,7 @@ from turnledger.infra.merkle_store import open_leaf_store
 from turnledger.infra.raw_log import open_raw_log
 from turnledger.infra.settings import Settings
 from turnledger.infra.signing import trusted_public_key
+from turnledger.infra.tokenizers import KnownTokenCounters
 
 Progress = Callable[[str, int], AbstractContextManager[Callable[[int], None]]]
 
@@ -50,7 +51,10 @@ def audit_store(
     """
     log = open_raw_log(settings, ledger)
     try:
-        auditor = Auditor(ledger, raw_log=log, page_size=5000)
+        # Receipts name the token counter their window used: the audit loads it.
+        auditor = Auditor(
+            ledger, raw_log=log, page_size=5000, token_counters=KnownTokenCounters()
+        )
         collect = checkpoint is not None and conversation_id is None
         if collect:
             auditor.leaves = []

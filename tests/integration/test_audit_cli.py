@@ -158,3 +158,41 @@ def test_audit_checks_heads_against_the_index_and_an_earlier_report(
     # Could not run: not an integrity failure.
     assert main(["audit", "--against", str(tmp_path / "bad.json")]) == 2
     assert "not a turnledger audit report" in capsys.readouterr().err
+
+
+@SQL_STORES
+def test_the_cli_verifies_receipts_made_with_a_real_tokenizer(
+    configured: Settings, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A receipt names its token counter; the audit loads it by that name."""
+    from turnledger.infra.tokenizers import token_counter
+    from turnledger.projections.policy import WindowPolicy
+
+    ledger = open_conversations(configured)
+    try:
+        conversation_id = ledger.start_conversation("alice")
+        for index in range(3):
+            question = f"Question {index}: 我们下周迁移 orders? " * 20
+            window = ledger.project_window(
+                "alice",
+                conversation_id,
+                question=question,
+                system="Be brief.",
+                model="gpt-4o-mini",
+                policy=WindowPolicy(max_tokens=4_000, max_message_tokens=50),
+                token_counter=token_counter("o200k_base"),
+            )
+            ledger.confirm_turn(
+                "alice",
+                conversation_id,
+                turn_id=f"t{index}",
+                question=question,
+                answer="Done " * 80,
+                window=window,
+            )
+    finally:
+        ledger.close()
+    report = tmp_path / "report.json"
+    assert main(["audit", "--json", str(report)]) == 0
+    (detail,) = json.loads(report.read_text())["conversation_details"]
+    assert detail["receipts"]["verified"] == 3
