@@ -421,8 +421,8 @@ class Conversations(Application[UUID]):
         *,
         covers_through_turn_id: str,
         summary: str,
+        summarized_version: int,
         fold_id: str | None = None,
-        summarized_version: int | None = None,
         expected_version: int | None = None,
     ) -> FoldReceipt:
         """Record a summary that stands in for every turn up to the given one.
@@ -439,8 +439,15 @@ class Conversations(Application[UUID]):
         check_text("summary", summary)
         check_turn_size(summary, limit=self.max_turn_bytes)
         check_expected_version(expected_version)
-        if summarized_version is not None:
-            check_expected_version(summarized_version)
+        if (
+            isinstance(summarized_version, bool)
+            or not isinstance(summarized_version, int)
+            or summarized_version < 1
+        ):
+            raise InvalidInputError(
+                "summarized_version",
+                "the ledger version the summary was made from (a positive integer)",
+            )
         fold_id = check_identifier("fold_id", fold_id or uuid4().hex)
         metrics = TextMetrics.of(summary)
         key_id = fold_key_id(fold_id)

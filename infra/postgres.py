@@ -454,17 +454,19 @@ class PostgresReadSideRecorder(PostgresApplicationRecorder):
                 [turn_values(t, key=key, time=time) for t in changes.new_turns],
             )
         if changes.deletions:
+            # One statement per deletion event, however many turns it names.
+            marked: dict[tuple[Any, ...], list[str]] = {}
+            for d in changes.deletions:
+                group = (d.deleted_version, d.deleted_at, d.conversation_id)
+                marked.setdefault(group, []).append(d.turn_id)
             curs.executemany(
                 sql.SQL(
                     "UPDATE {} SET deleted_version = %s, deleted_at = %s, "
                     "question_json_bytes = NULL, answer_json_bytes = NULL, "
                     "question_chars = NULL, answer_chars = NULL "
-                    "WHERE conversation_id = %s AND turn_id = %s"
+                    "WHERE conversation_id = %s AND turn_id = ANY(%s)"
                 ).format(self._table("conversation_turns")),
-                [
-                    (d.deleted_version, d.deleted_at, d.conversation_id, d.turn_id)
-                    for d in changes.deletions
-                ],
+                [(*group, turn_ids) for group, turn_ids in marked.items()],
             )
         if changes.new_folds:
             curs.executemany(

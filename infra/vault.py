@@ -18,7 +18,7 @@ from pathlib import Path
 from uuid import UUID
 
 from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives import hashes, padding
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cryptography.hazmat.primitives.keywrap import (
@@ -31,7 +31,13 @@ from turnledger.domain.errors import TurnLedgerError
 from turnledger.domain.ports import NewKey
 from turnledger.infra.keystore import KeyStore
 
-_FORMAT = b"\x01"  # leading byte of every sealed text: the sealing scheme's version
+# Leading byte of every sealed text: the sealing scheme's version. Version 2
+# pads the text (PKCS#7, `cryptography`) to a multiple of PAD_BYTES before
+# sealing, so a ciphertext's length tells a text's length only to within
+# PAD_BYTES; version 1 (the first release) did not pad, and still opens.
+_FORMAT = b"\x02"
+_UNPADDED_FORMAT = b"\x01"
+PAD_BYTES = 32
 _NONCE_BYTES = 12
 _KEY_WRAP_BYTES = 40  # a 32-byte key wrapped by RFC 3394
 
@@ -142,8 +148,10 @@ class KeyVault:
         text: str,
     ) -> bytes:
         nonce = os.urandom(_NONCE_BYTES)
+        padder = padding.PKCS7(PAD_BYTES * 8).padder()
+        padded = padder.update(text.encode("utf-8")) + padder.finalize()
         sealed = AESGCM(data_key).encrypt(
-            nonce, text.encode("utf-8"), _text_context(conversation_id, turn_id, field)
+            nonce, padded, _text_context(conversation_id, turn_id, field)
         )
         return _FORMAT + nonce + sealed
 
@@ -163,12 +171,16 @@ class KeyVault:
             if key is None:
                 opened.append(None)
                 continue
-            if sealed[:1] != _FORMAT:
+            scheme = sealed[:1]
+            if scheme not in (_FORMAT, _UNPADDED_FORMAT):
                 raise ValueError(f"unknown sealing format for turn {turn_id}")
             nonce, body = sealed[1 : 1 + _NONCE_BYTES], sealed[1 + _NONCE_BYTES :]
             plaintext = AESGCM(key).decrypt(
                 nonce, body, _text_context(conversation_id, turn_id, field)
             )
+            if scheme == _FORMAT:
+                unpadder = padding.PKCS7(PAD_BYTES * 8).unpadder()
+                plaintext = unpadder.update(plaintext) + unpadder.finalize()
             opened.append(plaintext.decode("utf-8"))
         return opened
 

@@ -26,6 +26,11 @@ CurrentService = Annotated[Service, Depends(get_service)]
 class FoldIn(RequestModel):
     covers_through_turn_id: Identifier
     summary: str
+    summarized_version: int = Field(
+        ge=1,
+        description="the ledger version of the history the summary was made from: "
+        "refused if a turn it covers was deleted since",
+    )
     fold_id: Identifier | None = Field(
         default=None, description="default: a new random id"
     )
@@ -67,6 +72,7 @@ def record_fold(
             conversation_id,
             covers_through_turn_id=request.covers_through_turn_id,
             summary=request.summary,
+            summarized_version=request.summarized_version,
             fold_id=request.fold_id,
             expected_version=request.expected_version,
         )

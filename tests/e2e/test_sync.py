@@ -122,7 +122,11 @@ def test_a_third_users_device_can_neither_read_nor_write_nor_learn(
             ),
             mallory.post(
                 f"/v1/conversations/{target}/folds",
-                json={"covers_through_turn_id": "t1", "summary": "mine now"},
+                json={
+                    "covers_through_turn_id": "t1",
+                    "summary": "mine now",
+                    "summarized_version": 2,
+                },
             ),
             mallory.get(f"/v1/conversations/{target}/fold"),
         ]

@@ -80,6 +80,7 @@ def write_scenario(ledger: Conversations) -> Scenario:
         covers_through_turn_id="t2",
         summary=f"Summary of t0..t2 with {fold_marker}",
         fold_id="f1",
+        summarized_version=ledger.get_conversation(OWNER, conversation_id).version,
     )
     scenario = Scenario(conversation_id=conversation_id, markers=markers, fold_id="f1")
     scenario.kept = tuple(t for t in markers if t.startswith("t") and t not in DOOMED)

@@ -246,7 +246,11 @@ def test_folds_arrive_as_other_changes_without_their_text(
     conversation = ledger.start_conversation("alice")
     ledger.confirm_turn("alice", conversation, turn_id="t1", question="q", answer="a")
     ledger.record_fold(
-        "alice", conversation, covers_through_turn_id="t1", summary=SECRET
+        "alice",
+        conversation,
+        covers_through_turn_id="t1",
+        summary=SECRET,
+        summarized_version=ledger.get_conversation("alice", conversation).version,
     )
     ledger.delete_history("alice", conversation, turn_ids=["t1"])
     changes, _ = read_all(feed, "alice")

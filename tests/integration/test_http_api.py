@@ -488,7 +488,13 @@ def test_an_application_service_records_a_fold_and_windows_send_it(api: Api) -> 
         )
     before = api.http.get(f"{base}/fold", headers=api.auth).json()
     assert before["fold_id"] is None and before["summary"] is None
-    body = {"covers_through_turn_id": "t2", "summary": "Hello, twice.", "fold_id": "f1"}
+    version = api.http.get(base, headers=api.auth).json()["version"]
+    body = {
+        "covers_through_turn_id": "t2",
+        "summary": "Hello, twice.",
+        "fold_id": "f1",
+        "summarized_version": version,
+    }
     recorded = api.http.post(f"{base}/folds", headers=api.auth, json=body)
     assert recorded.status_code == 201, recorded.text
     assert recorded.json()["fold_id"] == "f1"
@@ -506,9 +512,20 @@ def test_an_application_service_records_a_fold_and_windows_send_it(api: Api) -> 
     missing = api.http.post(
         f"{base}/folds",
         headers=api.auth,
-        json={"covers_through_turn_id": "nope", "summary": "s"},
+        json={
+            "covers_through_turn_id": "nope",
+            "summary": "s",
+            "summarized_version": 1,
+        },
     )
     assert missing.status_code == 404
+    # A fold that names no summarized version is refused whole.
+    unnamed = api.http.post(
+        f"{base}/folds",
+        headers=api.auth,
+        json={"covers_through_turn_id": "t3", "summary": "s"},
+    )
+    assert unnamed.status_code == 422
 
 
 def row_counts(settings: Settings) -> dict[str, int]:
@@ -554,8 +571,16 @@ NUL_REQUESTS: list[tuple[str, str, dict[str, Any] | None]] = [
     ("PUT", "/turns/t9", {"question": "q", "answer": "a\x00"}),
     ("PUT", "/turns/t9", {"question": "q", "answer": "\x00", "status": "failed"}),
     ("PUT", "/turns/t%009", {"question": "q", "answer": "a"}),
-    ("POST", "/folds", {"covers_through_turn_id": "t1", "summary": "s\x00"}),
-    ("POST", "/folds", {"covers_through_turn_id": "t\x001", "summary": "s"}),
+    (
+        "POST",
+        "/folds",
+        {"covers_through_turn_id": "t1", "summary": "s\x00", "summarized_version": 1},
+    ),
+    (
+        "POST",
+        "/folds",
+        {"covers_through_turn_id": "t\x001", "summary": "s", "summarized_version": 1},
+    ),
     ("POST", "/window", {"question": "q\x00", "model": "m"}),
     ("POST", "/window", {"question": "q", "model": "m", "system": "\x00"}),
     ("POST", "/deletions", {"turn_ids": ["t\x001"]}),
@@ -600,7 +625,13 @@ def test_nul_is_refused_by_the_python_api_with_invalid_input(api: Api) -> None:
         )
     with pytest.raises(InvalidInputError, match="NUL"):
         service.ledger.record_fold(
-            "alice", conversation, covers_through_turn_id="t1", summary="\x00"
+            "alice",
+            conversation,
+            covers_through_turn_id="t1",
+            summary="\x00",
+            summarized_version=service.ledger.get_conversation(
+                "alice", conversation
+            ).version,
         )
     with pytest.raises(InvalidInputError, match="NUL"):
         service.registry.add("alice", "\x00")

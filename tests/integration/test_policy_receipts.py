@@ -59,6 +59,7 @@ def test_receipts_under_a_full_policy_and_a_fold_rederive(
         conversation_id,
         covers_through_turn_id="t2",
         summary="Earlier: questions 1 and 2 were answered.",
+        summarized_version=ledger.get_conversation(OWNER, conversation_id).version,
     )
     for index in range(5, 8):
         ask(ledger, conversation_id, f"t{index}", f"Question {index}?")

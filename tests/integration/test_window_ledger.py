@@ -104,6 +104,7 @@ def test_the_fold_replaces_the_turns_it_covers(ledger: Conversations) -> None:
         conversation_id,
         covers_through_turn_id="c2",
         summary="The code is ORCHID-17; 项目 🙂",
+        summarized_version=ledger.get_conversation(OWNER, conversation_id).version,
     )
     window = project(ledger, conversation_id)
     assert window.kept_turn_ids == ("c3",)
@@ -136,10 +137,18 @@ def test_deleting_a_covered_turn_destroys_the_fold(
     for turn_id in ("c1", "c2", "c3"):
         confirm(ledger, conversation_id, turn_id)
     first = ledger.record_fold(
-        OWNER, conversation_id, covers_through_turn_id="c1", summary="first summary"
+        OWNER,
+        conversation_id,
+        covers_through_turn_id="c1",
+        summary="first summary",
+        summarized_version=ledger.get_conversation(OWNER, conversation_id).version,
     )
     second = ledger.record_fold(
-        OWNER, conversation_id, covers_through_turn_id="c2", summary="second summary"
+        OWNER,
+        conversation_id,
+        covers_through_turn_id="c2",
+        summary="second summary",
+        summarized_version=ledger.get_conversation(OWNER, conversation_id).version,
     )
     ledger.delete_history(OWNER, conversation_id, turn_ids=["c1"])
 
@@ -168,7 +177,11 @@ def test_deleting_a_turn_after_the_fold_keeps_it(ledger: Conversations) -> None:
     for turn_id in ("c1", "c2", "c3"):
         confirm(ledger, conversation_id, turn_id)
     ledger.record_fold(
-        OWNER, conversation_id, covers_through_turn_id="c1", summary="s1"
+        OWNER,
+        conversation_id,
+        covers_through_turn_id="c1",
+        summary="s1",
+        summarized_version=ledger.get_conversation(OWNER, conversation_id).version,
     )
     ledger.delete_history(OWNER, conversation_id, turn_ids=["c3"])
     assert ledger.get_fold_summary(OWNER, conversation_id) == "s1"
@@ -178,7 +191,13 @@ def test_deleting_a_turn_after_the_fold_keeps_it(ledger: Conversations) -> None:
 def test_deleting_the_whole_history_destroys_the_fold(ledger: Conversations) -> None:
     conversation_id = ledger.start_conversation(OWNER)
     confirm(ledger, conversation_id, "c1")
-    ledger.record_fold(OWNER, conversation_id, covers_through_turn_id="c1", summary="s")
+    ledger.record_fold(
+        OWNER,
+        conversation_id,
+        covers_through_turn_id="c1",
+        summary="s",
+        summarized_version=ledger.get_conversation(OWNER, conversation_id).version,
+    )
     ledger.delete_history(OWNER, conversation_id)
     assert ledger.get_fold_summary(OWNER, conversation_id) is None
 
@@ -193,15 +212,24 @@ def test_bad_folds_are_refused_and_change_nothing(ledger: Conversations) -> None
         covers_through_turn_id="c2",
         summary="s",
         fold_id="fold-a",
+        summarized_version=ledger.get_conversation(OWNER, conversation_id).version,
     )
     version = ledger.get_conversation(OWNER, conversation_id).version
     with pytest.raises(TurnNotFoundError):
         ledger.record_fold(
-            OWNER, conversation_id, covers_through_turn_id="nope", summary="s"
+            OWNER,
+            conversation_id,
+            covers_through_turn_id="nope",
+            summary="s",
+            summarized_version=ledger.get_conversation(OWNER, conversation_id).version,
         )
     with pytest.raises(FoldConflictError, match="fewer turns"):
         ledger.record_fold(
-            OWNER, conversation_id, covers_through_turn_id="c1", summary="s"
+            OWNER,
+            conversation_id,
+            covers_through_turn_id="c1",
+            summary="s",
+            summarized_version=ledger.get_conversation(OWNER, conversation_id).version,
         )
     with pytest.raises(FoldConflictError, match="already recorded"):
         ledger.record_fold(
@@ -210,16 +238,25 @@ def test_bad_folds_are_refused_and_change_nothing(ledger: Conversations) -> None
             covers_through_turn_id="c2",
             summary="s",
             fold_id="fold-a",
+            summarized_version=ledger.get_conversation(OWNER, conversation_id).version,
         )
     with pytest.raises(InvalidInputError):
         ledger.record_fold(
-            OWNER, conversation_id, covers_through_turn_id="c2", summary="  "
+            OWNER,
+            conversation_id,
+            covers_through_turn_id="c2",
+            summary="  ",
+            summarized_version=ledger.get_conversation(OWNER, conversation_id).version,
         )
     ledger.delete_history(OWNER, conversation_id, turn_ids=["c2"])
     version = ledger.get_conversation(OWNER, conversation_id).version
     with pytest.raises(TurnDeletedError):
         ledger.record_fold(
-            OWNER, conversation_id, covers_through_turn_id="c2", summary="s"
+            OWNER,
+            conversation_id,
+            covers_through_turn_id="c2",
+            summary="s",
+            summarized_version=ledger.get_conversation(OWNER, conversation_id).version,
         )
     assert ledger.get_conversation(OWNER, conversation_id).version == version
 
@@ -232,7 +269,13 @@ def test_the_store_reports_when_a_new_fold_is_due(ledger: Conversations) -> None
     confirm(ledger, conversation_id, "c2", "x" * 400)
     status = ledger.get_fold_status(OWNER, conversation_id, threshold_tokens=200)
     assert status.due and status.unfolded_tokens > 200
-    ledger.record_fold(OWNER, conversation_id, covers_through_turn_id="c2", summary="s")
+    ledger.record_fold(
+        OWNER,
+        conversation_id,
+        covers_through_turn_id="c2",
+        summary="s",
+        summarized_version=ledger.get_conversation(OWNER, conversation_id).version,
+    )
     status = ledger.get_fold_status(OWNER, conversation_id, threshold_tokens=200)
     assert not status.due and status.unfolded_tokens == 0
     assert status.covers_through_turn_id == "c2"
@@ -311,6 +354,7 @@ def test_folds_survive_snapshots_and_reopening(
         conversation_id,
         covers_through_turn_id="c139",
         summary="the first 140 turns",
+        summarized_version=ledger.get_conversation(OWNER, conversation_id).version,
     )
     for index in range(150, 205):  # past version 200: a snapshot holds the fold
         confirm(ledger, conversation_id, f"c{index}")
@@ -339,7 +383,11 @@ def test_a_cached_aggregate_sees_every_later_write(
         confirm(writer, conversation_id, "c2")
         assert project(reader, conversation_id).kept_turn_ids == ("c1", "c2")
         writer.record_fold(
-            OWNER, conversation_id, covers_through_turn_id="c1", summary="s"
+            OWNER,
+            conversation_id,
+            covers_through_turn_id="c1",
+            summary="s",
+            summarized_version=writer.get_conversation(OWNER, conversation_id).version,
         )
         assert project(reader, conversation_id).kept_turn_ids == ("c2",)
         writer.delete_history(OWNER, conversation_id, turn_ids=["c1"])
@@ -348,3 +396,41 @@ def test_a_cached_aggregate_sees_every_later_write(
         assert not window.omitted
     finally:
         reader.close()
+
+
+def test_a_fold_made_before_a_deletion_of_a_turn_it_covers_is_refused(
+    ledger: Conversations,
+) -> None:
+    """The race: a summariser reads the history, the owner deletes t2, then the
+    summary (which may hold t2's text) arrives."""
+    conversation_id = ledger.start_conversation(OWNER)
+    for turn_id in ("c1", "c2", "c3", "c4"):
+        confirm(ledger, conversation_id, turn_id)
+    read_at = ledger.get_conversation(OWNER, conversation_id).version
+    ledger.delete_history(OWNER, conversation_id, turn_ids=["c2"])
+    with pytest.raises(FoldConflictError, match="c2"):
+        ledger.record_fold(
+            OWNER,
+            conversation_id,
+            covers_through_turn_id="c4",
+            summary="c1..c4, c2's secret included",
+            summarized_version=read_at,
+        )
+    assert ledger.get_fold_summary(OWNER, conversation_id) is None
+    # Summarized again after the deletion, it is kept.
+    ledger.record_fold(
+        OWNER,
+        conversation_id,
+        covers_through_turn_id="c4",
+        summary="c1, c3, c4",
+        summarized_version=ledger.get_conversation(OWNER, conversation_id).version,
+    )
+    assert ledger.get_fold_summary(OWNER, conversation_id) == "c1, c3, c4"
+    with pytest.raises(InvalidInputError, match="summarized_version"):
+        ledger.record_fold(
+            OWNER,
+            conversation_id,
+            covers_through_turn_id="c4",
+            summary="s",
+            summarized_version=True,  # type: ignore[arg-type]
+        )

@@ -9,11 +9,15 @@ from pathlib import Path
 
 import pytest
 from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from eventsourcing.persistence import Tracking
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from turnledger.domain.errors import TurnDeletedError
 from turnledger.infra.keystore import MemoryKeyStore
 from turnledger.infra.vault import (
+    PAD_BYTES,
     KeyVault,
     MasterKeyError,
     decode_master_key,
@@ -85,3 +89,37 @@ def test_the_default_key_file_is_created_private_and_reused(tmp_path: Path) -> N
     key = load_or_create_key_file(path)
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     assert load_or_create_key_file(path) == key and len(key) == 32
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.text(max_size=300))
+def test_a_ciphertext_tells_the_length_only_to_within_the_padding(text: str) -> None:
+    box, conversation = vault(), uuid.uuid4()
+    sealed = box.seal(conversation, "t1", "question", text)
+    assert box.open_many(conversation, [("t1", "question", sealed)]) == [text]
+    size = len(text.encode("utf-8"))
+    # version byte, nonce and tag, then the text padded to the next multiple
+    assert len(sealed) == 1 + 12 + 16 + (size // PAD_BYTES + 1) * PAD_BYTES
+
+
+def test_texts_of_nearby_lengths_seal_to_the_same_length() -> None:
+    box, conversation = vault(), uuid.uuid4()
+    lengths = {
+        len(box.seal(conversation, "t1", "answer", "PIN " + "7" * n))
+        for n in range(4, 4 + PAD_BYTES - 8)
+    }
+    assert len(lengths) == 1
+
+
+def test_unpadded_texts_of_the_first_release_still_open() -> None:
+    box, conversation = vault(), uuid.uuid4()
+    key = box._data_key(conversation, "t1")
+    nonce = os.urandom(12)
+    body = AESGCM(key).encrypt(
+        nonce,
+        b"old text",
+        b"turnledger/text/v1|" + conversation.bytes + b"|t1|question",
+    )
+    assert box.open_many(
+        conversation, [("t1", "question", b"\x01" + nonce + body)]
+    ) == ["old text"]

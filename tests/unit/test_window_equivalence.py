@@ -312,6 +312,9 @@ def test_the_stored_conversation_gives_the_same_bytes_as_the_naive_loop(
                 covers_through_turn_id=f"t{fold_at}",
                 summary="S: " + q,
                 fold_id="f",
+                summarized_version=ledger.get_conversation(
+                    "owner", conversation_id
+                ).version,
             )
             covered = {f"t{i}" for i in range(fold_at + 1)}
             fold = WindowFold(

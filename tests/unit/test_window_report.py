@@ -295,6 +295,7 @@ def test_ledger_spans_cover_positions_of_every_status(ledger: Conversations) -> 
         covers_through_turn_id="t2",
         summary="t0 and t2 happened",
         fold_id="f1",
+        summarized_version=ledger.get_conversation(OWNER, conversation_id).version,
     )
     window = project(ledger, conversation_id, max_pairs=1)
     assert window.kept_turn_ids == ("t4",) and window.fold_sent
@@ -334,6 +335,7 @@ def test_a_fold_over_the_bytes_reports_its_turns_through_the_ledger(
         covers_through_turn_id="t1",
         summary="s" * 3_000,
         fold_id="f1",
+        summarized_version=ledger.get_conversation(OWNER, conversation_id).version,
     )
     window = ledger.project_window(
         OWNER,
