@@ -129,7 +129,13 @@ class Conversations(Application[UUID]):
         self.legacy_snapshots: EventStore[UUID] | None = EventStore(
             mapper=self.mapper, recorder=self.factory.aggregate_recorder("snapshots")
         )
-        self._writes = BatchWriter(read_side=self.read_side, save=self.save)
+        self._writes = BatchWriter(
+            read_side=self.read_side,
+            save=self.save,
+            stored_digest=lambda conversation_id, version: self._stored_digest(
+                conversation_id, version, None
+            ),
+        )
         self._committer: GroupCommitter[Write] = GroupCommitter(
             self._writes.commit_batch, max_batch=max_batch
         )

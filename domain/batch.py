@@ -24,6 +24,7 @@ from eventsourcing.utils import get_topic
 from turnledger.domain.conversation import Conversation, TurnSizes, TurnStatus
 from turnledger.domain.errors import (
     ConversationNotFoundError,
+    ReadSideMismatchError,
     TurnLedgerError,
     VersionConflictError,
 )
@@ -78,9 +79,17 @@ class Batch:
 class BatchWriter:
     """Runs batches of writes for one ledger; `save` is the ledger's own."""
 
-    def __init__(self, *, read_side: ReadSide, save: Callable[..., Any]) -> None:
+    def __init__(
+        self,
+        *,
+        read_side: ReadSide,
+        save: Callable[..., Any],
+        stored_digest: Callable[[UUID, int], str],
+    ) -> None:
+        """`stored_digest(id, version)`: the chain digest of that stored event."""
         self.read_side = read_side
         self.save = save
+        self.stored_digest = stored_digest
         # Per conversation, the aggregate and row of this process's last write.
         self._kept: OrderedDict[UUID, tuple[Conversation, ConversationRow]] = (
             OrderedDict()
@@ -202,6 +211,10 @@ class BatchWriter:
         if kept is not None and kept[0].version == head.version:
             aggregate = kept[0]
         else:
+            # The row is the aggregate's snapshot: trusted only if it names the
+            # digest its version's stored event really has.
+            if self.stored_digest(conversation_id, head.version) != head.head_digest:
+                raise ReadSideMismatchError(conversation_id, head.version)
             aggregate = aggregate_from_row(head)
         batch.aggregates[conversation_id] = aggregate
         return aggregate

@@ -15,6 +15,7 @@
     ├── FoldConflictError            a fold id is reused, or a fold would cover less
     ├── PurgeIncompleteError         a deletion is recorded but its purge must be re-run
     ├── CheckpointError              a checkpoint, signing key or proof cannot be used
+    ├── ReadSideMismatchError        a read-side row contradicts the log
     ├── DatabaseUnavailableError     the database cannot be reached now: retry later
     └── WindowError                  a request window cannot be built
         ├── MandatoryInputTooLargeError     system + current question exceed max_bytes
@@ -169,6 +170,20 @@ class PurgeIncompleteError(TurnLedgerError):
 class CheckpointError(TurnLedgerError):
     """Raised when a checkpoint file, the audit signing key or a proof request
     cannot be used (missing, malformed, badly signed, or naming no event)."""
+
+
+class ReadSideMismatchError(TurnLedgerError):
+    """Raised when a conversation's read-side row does not match its log, so a
+    write will not build on it (run `turnledger audit`, then `rebuild`)."""
+
+    def __init__(self, conversation_id: UUID, version: int) -> None:
+        self.conversation_id = conversation_id
+        self.version = version
+        super().__init__(
+            f"conversation {conversation_id}: its read-side row names version "
+            f"{version} with a chain digest the stored event does not have; "
+            "writes refuse it until `turnledger rebuild` (audit first)"
+        )
 
 
 class DatabaseUnavailableError(TurnLedgerError):

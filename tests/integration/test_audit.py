@@ -536,3 +536,35 @@ def test_an_edited_read_side_row_is_detected(
     report = Auditor(ledger).audit()
     assert failures_at(report) == {(READ_SIDE_MISMATCH, conversation_id, 6)}
     assert "t2" in report.failures[0].detail
+
+
+@SQL_STORES
+def test_a_write_refuses_a_read_side_row_that_contradicts_the_log(
+    ledger: Conversations, settings: Settings, raw: RawEvents
+) -> None:
+    """The conversation's row is the aggregate's snapshot: a row whose head
+    digest is not the stored event's is refused, not built on."""
+    from turnledger.domain.errors import ReadSideMismatchError
+    from turnledger.infra.persistence import open_conversations
+    from turnledger.infra.read_side import rebuild_read_side
+
+    conversation_id, _ = run_turns(ledger, turns=2)
+    key = conversation_id.hex if raw.kind == "sqlite" else conversation_id
+    raw.edit_read_side(
+        "UPDATE HEADS SET head_digest = %s WHERE conversation_id = %s",
+        ("0" * 64, key),
+    )
+    fresh = open_conversations(settings)  # nothing kept from earlier writes
+    try:
+        with pytest.raises(ReadSideMismatchError):
+            fresh.confirm_turn(
+                OWNER, conversation_id, turn_id="t9", question="q", answer="a"
+            )
+        assert fresh.get_conversation(OWNER, conversation_id).version == 3
+        rebuild_read_side(fresh)
+        receipt = fresh.confirm_turn(
+            OWNER, conversation_id, turn_id="t9", question="q", answer="a"
+        )
+        assert receipt.version == 4
+    finally:
+        fresh.close()
