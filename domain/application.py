@@ -285,16 +285,19 @@ class Conversations(Application[UUID]):
         """
         if window is not None:
             _check_window(conversation_id, question, window)
-        return self._record_turn(
-            owner_id,
-            conversation_id,
-            turn_id=turn_id,
-            status=TurnStatus.CONFIRMED,
-            question=question,
-            answer=answer,
-            expected_version=expected_version,
-            window=window,
+        receipt: TurnReceipt = self._submit(
+            self._turn_write(
+                owner_id,
+                conversation_id,
+                turn_id=turn_id,
+                status=TurnStatus.CONFIRMED,
+                question=question,
+                answer=answer,
+                expected_version=expected_version,
+                window=window,
+            )
         )
+        return receipt
 
     def confirm_turns(
         self,
@@ -342,15 +345,18 @@ class Conversations(Application[UUID]):
         if status not in (TurnStatus.FAILED, TurnStatus.STOPPED):
             raise InvalidInputError("outcome", "must be 'failed' or 'stopped'")
         assert status is not None
-        return self._record_turn(
-            owner_id,
-            conversation_id,
-            turn_id=turn_id,
-            status=status,
-            question=question,
-            answer=partial_answer,
-            expected_version=expected_version,
+        receipt: TurnReceipt = self._submit(
+            self._turn_write(
+                owner_id,
+                conversation_id,
+                turn_id=turn_id,
+                status=status,
+                question=question,
+                answer=partial_answer,
+                expected_version=expected_version,
+            )
         )
+        return receipt
 
     def delete_history(
         self,
@@ -568,32 +574,6 @@ class Conversations(Application[UUID]):
         return self.queries.get_fold_summary(owner_id, conversation_id)
 
     # Writing --------------------------------------------------------------------
-
-    def _record_turn(
-        self,
-        owner_id: str,
-        conversation_id: UUID,
-        *,
-        turn_id: str,
-        status: TurnStatus,
-        question: str,
-        answer: str,
-        expected_version: int | None,
-        window: ProjectedWindow | None = None,
-    ) -> TurnReceipt:
-        result: TurnReceipt = self._submit(
-            self._turn_write(
-                owner_id,
-                conversation_id,
-                turn_id=turn_id,
-                status=status,
-                question=question,
-                answer=answer,
-                expected_version=expected_version,
-                window=window,
-            )
-        )
-        return result
 
     def _turn_write(
         self,
