@@ -47,7 +47,7 @@ from turnledger.domain.errors import (
     WindowMismatchError,
 )
 from turnledger.domain.group_commit import GroupCommitter
-from turnledger.domain.ports import TextVault
+from turnledger.domain.ports import NewKey, TextVault
 from turnledger.domain.purge import PurgeReport, PurgeRunner
 from turnledger.domain.receipt import receipt_key_ids
 from turnledger.domain.results import (
@@ -605,6 +605,16 @@ class Conversations(Application[UUID]):
             answer_chars=answer_metrics.chars,
         )
 
+        # Sealing is the costly part of a turn: done here, in the caller's
+        # thread, it runs while the group commit's leader waits on the database.
+        # (Where keys are stored apart from the events, a key is made only once
+        # the turn is known to be new.)
+        sealed = (
+            self._seal_turn(conversation_id, turn_id, question, answer)
+            if self.vault.keys_with_events
+            else None
+        )
+
         def run(conversation: Conversation, batch: Batch) -> TurnReceipt:
             existing = batch.turn(conversation.id, turn_id)
             if existing is not None:
@@ -621,32 +631,30 @@ class Conversations(Application[UUID]):
                 raise WindowMismatchError(
                     conversation.id, "it was projected from a later ledger version"
                 )
-            data_key, new_key = self.vault.new_data_key(conversation.id, turn_id)
-
-            def seal(field_name: str, text: str) -> bytes:
-                return self.vault.seal_with(
-                    data_key, conversation.id, turn_id, field_name, text
-                )
-
+            data_key, new_key, sealed_question, sealed_answer = (
+                sealed or self._seal_turn(conversation.id, turn_id, question, answer)
+            )
             if status is TurnStatus.CONFIRMED:
                 conversation.confirm_turn(
                     turn_id=turn_id,
-                    sealed_question=seal("question", question),
-                    sealed_answer=seal("answer", answer),
+                    sealed_question=sealed_question,
+                    sealed_answer=sealed_answer,
                     existing=None,
                     window_receipt=None
                     if window is None
                     else self._receipt(conversation.id, turn_id, data_key, window),
                     sealed_system=None
                     if window is None
-                    else seal("system", window.system),
+                    else self.vault.seal_with(
+                        data_key, conversation.id, turn_id, "system", window.system
+                    ),
                 )
             else:
                 conversation.abandon_turn(
                     turn_id=turn_id,
                     outcome=status,
-                    sealed_question=seal("question", question),
-                    sealed_answer=seal("answer", answer),
+                    sealed_question=sealed_question,
+                    sealed_answer=sealed_answer,
                     existing=None,
                 )
             recorded = conversation.pending_events[-1]
@@ -675,6 +683,20 @@ class Conversations(Application[UUID]):
             turn_ids=(turn_id,),
             # A stale head would wrongly refuse an expected version or a window.
             optimistic=expected_version is None and window is None,
+        )
+
+    def _seal_turn(
+        self, conversation_id: UUID, turn_id: str, question: str, answer: str
+    ) -> tuple[bytes, NewKey | None, bytes, bytes]:
+        """A new data key for the turn and its texts sealed under it."""
+        data_key, new_key = self.vault.new_data_key(conversation_id, turn_id)
+        return (
+            data_key,
+            new_key,
+            self.vault.seal_with(
+                data_key, conversation_id, turn_id, "question", question
+            ),
+            self.vault.seal_with(data_key, conversation_id, turn_id, "answer", answer),
         )
 
     def _receipt(

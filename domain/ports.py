@@ -59,6 +59,12 @@ class TextVault(Protocol):
     only by the purge (`purge_view`), which follows `HistoryDeleted` events.
     """
 
+    @property
+    def keys_with_events(self) -> bool:
+        """Whether new keys are saved with their events (then `new_data_key`
+        touches no storage)."""
+        ...
+
     def new_data_key(
         self, conversation_id: UUID, key_id: str
     ) -> tuple[bytes, NewKey | None]:

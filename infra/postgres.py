@@ -28,8 +28,10 @@ from turnledger.infra.key_session import QUIET_KEY_SESSION, configure_key_sessio
 from turnledger.infra.keystore import KeyStore
 from turnledger.infra.read_side_sql import (
     CONVERSATION_COLUMNS,
+    CONVERSATION_TYPES,
     FOLD_COLUMNS,
     TURN_COLUMNS,
+    TURN_TYPES,
     conversation_row,
     conversation_values,
     fold_row,
@@ -359,6 +361,43 @@ def _same(value: Any) -> Any:
     return value
 
 
+def unnest_insert(
+    table: sql.Composable, columns: str, types: Sequence[str], *, suffix: str = ""
+) -> sql.Composed:
+    """INSERT of many rows in one statement, one array parameter per column.
+
+    A batch's rows cost one parse, plan and execution instead of one each.
+    """
+    names = [name.strip() for name in columns.split(",")]
+    assert len(names) == len(types), (names, types)
+    arrays = sql.SQL(", ").join(sql.SQL("%s::" + kind + "[]") for kind in types)
+    return sql.SQL("INSERT INTO {} ({}) SELECT * FROM unnest({})").format(
+        table, sql.SQL(columns), arrays
+    ) + sql.SQL(suffix)
+
+
+def in_one_statement(inserts: Sequence[sql.Composed]) -> sql.Composed:
+    """Several inserts as one statement (all but the last as data-modifying
+    WITH queries, which PostgreSQL always runs to completion)."""
+    *first, last = inserts
+    queries = sql.SQL(", ").join(
+        sql.SQL("{} AS ({})").format(sql.Identifier(f"insert_{index}"), insert)
+        for index, insert in enumerate(first)
+    )
+    return sql.SQL("WITH {} {}").format(queries, last)
+
+
+def columns_of(rows: Sequence[Sequence[Any]], width: int) -> list[list[Any]]:
+    """The rows' values column by column, as unnest_insert takes them."""
+    if not rows:
+        return [[] for _ in range(width)]
+    return [list(column) for column in zip(*rows, strict=True)]
+
+
+# Rows per statement of a rebuild (a live batch has far fewer).
+_ROWS_PER_STATEMENT = 10_000
+
+
 class PostgresReadSideRecorder(PostgresApplicationRecorder):
     """The library's PostgreSQL recorder, writing the read side and the new
     turns' keys in the events' own transaction."""
@@ -367,26 +406,35 @@ class PostgresReadSideRecorder(PostgresApplicationRecorder):
         super().__init__(datastore, **kwargs)
         self._schema = sql.Identifier(datastore.schema)
         self._quiet: list[sql.Composed] | None = None
-        self._insert_keys = sql.SQL(
-            "INSERT INTO {} (conversation_id, turn_id, wrapped_key) "
-            "VALUES (%s, %s, %s) ON CONFLICT DO NOTHING"
-        ).format(self._table(KEY_TABLE))
-        self._insert_turns = sql.SQL("INSERT INTO {} ({}) VALUES ({})").format(
-            self._table("conversation_turns"),
-            sql.SQL(TURN_COLUMNS),
-            sql.SQL(",".join(["%s"] * 12)),
+        self._insert_keys = unnest_insert(
+            self._table(KEY_TABLE),
+            "conversation_id, turn_id, wrapped_key",
+            ("uuid", "text", "bytea"),
+            suffix=" ON CONFLICT DO NOTHING",
         )
-        self._upsert_heads = sql.SQL(
-            "INSERT INTO {} ({}) VALUES ({}) ON CONFLICT (conversation_id) "
+        self._insert_turns = unnest_insert(
+            self._table("conversation_turns"), TURN_COLUMNS, TURN_TYPES
+        )
+        self._upsert_heads = unnest_insert(
+            self._table("conversation_heads"),
+            CONVERSATION_COLUMNS,
+            CONVERSATION_TYPES,
+            suffix=" ON CONFLICT (conversation_id) "
             "DO UPDATE SET version = EXCLUDED.version, "
             "head_digest = EXCLUDED.head_digest, "
             "turn_count = EXCLUDED.turn_count, "
             "eligible_count = EXCLUDED.eligible_count, "
-            "modified_at = EXCLUDED.modified_at"
-        ).format(
-            self._table("conversation_heads"),
-            sql.SQL(CONVERSATION_COLUMNS),
-            sql.SQL(",".join(["%s"] * 8)),
+            "modified_at = EXCLUDED.modified_at",
+        )
+        # A batch's keys, turns and heads in one statement (one round of the
+        # pipeline instead of three); a rebuild's many rows go table by table.
+        self._row_inserts = (
+            (self._insert_keys, 3),
+            (self._insert_turns, len(TURN_TYPES)),
+            (self._upsert_heads, len(CONVERSATION_TYPES)),
+        )
+        self._insert_batch_rows = in_one_statement(
+            [statement for statement, _ in self._row_inserts]
         )
         self.sql_create_statements.extend(
             sql.SQL(statement).format(schema=self._schema)  # type: ignore[arg-type]
@@ -435,24 +483,48 @@ class PostgresReadSideRecorder(PostgresApplicationRecorder):
             # statement logging on, the server would log the wrapped keys.
             for statement in self._quiet_key_statements():
                 curs.execute(statement)
-            curs.executemany(
-                # A key already there means a duplicate turn: the turn row's
-                # unique key refuses the transaction at commit.
-                self._insert_keys,
-                [(k.conversation_id, k.key_id, k.wrapped) for k in new_keys],
-            )
-        changes: RowChanges | None = kwargs.get("read_side")
-        if changes is not None:
-            self._write_rows(curs, changes)
+        changes = kwargs.get("read_side") or RowChanges()
+        # A key already there means a duplicate turn: the turn row's unique
+        # key refuses the transaction at commit.
+        self._write_rows(
+            curs,
+            changes,
+            key_rows=[(k.conversation_id, k.key_id, k.wrapped) for k in new_keys],
+        )
         super()._insert_events(curs, stored_events, **kwargs)
 
-    def _write_rows(self, curs: psycopg.Cursor[Any], changes: RowChanges) -> None:
+    def _write_rows(
+        self,
+        curs: psycopg.Cursor[Any],
+        changes: RowChanges,
+        *,
+        key_rows: Sequence[tuple[Any, ...]] = (),
+    ) -> None:
         key, time = _same, _same
-        if changes.new_turns:
-            curs.executemany(
-                self._insert_turns,
-                [turn_values(t, key=key, time=time) for t in changes.new_turns],
-            )
+        row_sets = [
+            key_rows,
+            [turn_values(t, key=key, time=time) for t in changes.new_turns],
+            [conversation_values(r, key=key, time=time) for r in changes.conversations],
+        ]
+        if all(len(rows) <= _ROWS_PER_STATEMENT for rows in row_sets):
+            if any(row_sets):
+                curs.execute(
+                    self._insert_batch_rows,
+                    [
+                        array
+                        for rows, (_, width) in zip(
+                            row_sets, self._row_inserts, strict=True
+                        )
+                        for array in columns_of(rows, width)
+                    ],
+                )
+        else:
+            for rows, (statement, width) in zip(
+                row_sets, self._row_inserts, strict=True
+            ):
+                for start in range(0, len(rows), _ROWS_PER_STATEMENT):
+                    chunk = rows[start : start + _ROWS_PER_STATEMENT]
+                    curs.execute(statement, columns_of(chunk, width))
         if changes.deletions:
             # One statement per deletion event, however many turns it names.
             marked: dict[tuple[Any, ...], list[str]] = {}
@@ -486,14 +558,6 @@ class PostgresReadSideRecorder(PostgresApplicationRecorder):
                 [
                     (w.withdrawn_version, w.conversation_id, w.fold_id)
                     for w in changes.withdrawals
-                ],
-            )
-        if changes.conversations:
-            curs.executemany(
-                self._upsert_heads,
-                [
-                    conversation_values(r, key=key, time=time)
-                    for r in changes.conversations
                 ],
             )
 

@@ -111,6 +111,12 @@ class KeyVault:
         self._master_key = master_key
         self._master = AESGCM(master_key)
 
+    @property
+    def keys_with_events(self) -> bool:
+        """Whether a new key is saved in its event's transaction (then making
+        one touches no storage, and may happen before the write is queued)."""
+        return self._keys.keys_with_events
+
     def new_data_key(
         self, conversation_id: UUID, key_id: str
     ) -> tuple[bytes, NewKey | None]:
