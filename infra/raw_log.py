@@ -26,6 +26,7 @@ from turnledger.infra.settings import Settings
 
 PAGE = 5000
 EVENTS_TABLE = "conversations_events"  # the library names it after the application
+SNAPSHOTS_TABLE = "conversations_snapshots"  # written by the first release only
 
 
 _SQLITE_COLUMNS = (
@@ -78,8 +79,33 @@ class SQLiteRawLog:
             (conversation_id.hex,),
         )
 
+    def snapshot_originators(self) -> set[UUID]:
+        """The conversations the first release's snapshot table has rows of."""
+        found = self._connection.execute(
+            "SELECT 1 FROM sqlite_master WHERE name = 'stored_snapshots'"
+        ).fetchone()
+        rows = (
+            self._connection.execute(
+                "SELECT DISTINCT originator_id FROM stored_snapshots"
+            ).fetchall()
+            if found
+            else []
+        )
+        self._connection.commit()
+        return {parsed for (value,) in rows if (parsed := _uuid_of(value))}
+
     def close(self) -> None:
         self._connection.close()
+
+
+def _uuid_of(value: Any) -> UUID | None:
+    if isinstance(value, UUID):
+        return value
+    try:
+        text = value.decode("ascii") if isinstance(value, bytes) else str(value)
+        return UUID(hex=text)
+    except (TypeError, ValueError, UnicodeDecodeError):
+        return None
 
 
 class PostgresRawLog:
@@ -87,6 +113,7 @@ class PostgresRawLog:
         self._connection = psycopg.connect(conninfo, autocommit=True)
         self._connection.read_only = True
         self._table = sql.Identifier(schema, EVENTS_TABLE)
+        self._schema = schema
         self._columns = sql.SQL(
             "SELECT notification_id, originator_id, originator_version, topic, state "
             "FROM {} "
@@ -108,6 +135,22 @@ class PostgresRawLog:
             + sql.SQL("WHERE notification_id > %s ORDER BY notification_id LIMIT %s"),
             (after, limit),
         )
+
+    def snapshot_originators(self) -> set[UUID]:
+        """The conversations the first release's snapshot table has rows of."""
+        with self._connection.cursor() as cursor:
+            found = cursor.execute(
+                "SELECT to_regclass(format('%%I.%%I', %s::text, %s::text))",
+                (self._schema, SNAPSHOTS_TABLE),
+            ).fetchone()
+            if found is None or found[0] is None:
+                return set()
+            rows = cursor.execute(
+                sql.SQL("SELECT DISTINCT originator_id FROM {}").format(
+                    sql.Identifier(self._schema, SNAPSHOTS_TABLE)
+                )
+            ).fetchall()
+        return {parsed for (value,) in rows if (parsed := _uuid_of(value))}
 
     def pages(self, page_size: int) -> Iterator[list[RawRow]]:
         """The whole log, the next page read while the caller works on this one.

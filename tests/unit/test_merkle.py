@@ -20,8 +20,10 @@ from turnledger.domain.merkle import (
     verify_inclusion,
 )
 from turnledger.domain.transparency import (
+    LEAF_TAG,
     InvalidText,
     RawRow,
+    cell,
     leaf_input,
     read_leaf_input,
     row_leaf,
@@ -141,6 +143,47 @@ def test_a_frontier_reloaded_from_stored_nodes_goes_on_alike(
 
 
 CONVERSATION = UUID("12345678-1234-5678-1234-567812345678")
+
+
+cells = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.sampled_from([-(2**63), 2**63 - 1, 2**63, 0, -1]),
+    st.text(max_size=40),
+    st.binary(max_size=300),
+    st.uuids(),
+    st.uuids().map(lambda u: u.hex),
+    st.sampled_from(["pkg:Topic", "domain.conversation:Conversation.TurnConfirmed"]),
+    st.binary(max_size=20).map(InvalidText),
+)
+
+
+@given(
+    st.tuples(
+        cells, st.one_of(st.uuids(), cells), cells, cells, st.one_of(st.binary(), cells)
+    )
+)
+@settings(max_examples=400)
+def test_the_fast_leaf_equals_the_documented_one_for_any_row(
+    values: tuple[object, object, object, object, object],
+) -> None:
+    # The documented form, cell by cell (docs/transparency.md); row_leaf and
+    # leaf_input take shortcuts for common rows and must give the same bytes.
+    row = RawRow(*values)  # type: ignore[arg-type]
+    documented = LEAF_TAG + b"".join(
+        (
+            cell(row.originator_id, uuid_text=True),
+            cell(row.version),
+            cell(row.notification_id),
+            cell(row.topic),
+            cell(row.state),
+        )
+    )
+    assert leaf_input(row) == documented
+    assert row_leaf(row) == hashlib.sha256(b"\x00" + documented).digest()
+    # A second time: shortcuts that cache (topics, SQLite ids) agree too.
+    assert row_leaf(row) == hashlib.sha256(b"\x00" + documented).digest()
 
 
 def test_a_leaf_binds_every_cell_of_the_row() -> None:
