@@ -19,32 +19,6 @@ TURN_COLUMNS = (
     "question_json_bytes, answer_json_bytes, question_chars, answer_chars, "
     "deleted_version, deleted_at"
 )
-# Their PostgreSQL types, in the same order: a batch's rows go in one INSERT
-# over unnest()ed arrays, one array per column.
-CONVERSATION_TYPES = (
-    "uuid",
-    "text",
-    "bigint",
-    "text",
-    "integer",
-    "integer",
-    "timestamptz",
-    "timestamptz",
-)
-TURN_TYPES = (
-    "uuid",
-    "integer",
-    "text",
-    '"char"',
-    "integer",
-    "timestamptz",
-    "integer",
-    "integer",
-    "integer",
-    "integer",
-    "integer",
-    "timestamptz",
-)
 FOLD_COLUMNS = (
     "conversation_id, fold_id, version, recorded_at, covers_through_turn_id, "
     "covers_through_position, covered_turns, covered_eligible, "
