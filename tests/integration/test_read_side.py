@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
+from typing import Any
 from uuid import UUID
 
 import pytest
+from eventsourcing.postgres import PostgresApplicationRecorder
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -251,3 +253,36 @@ def test_postgres_read_side_follows_the_log(postgres_settings: Settings) -> None
             max_examples=10, stateful_step_count=15, deadline=None
         ),
     )
+
+
+@pytest.mark.postgres
+def test_postgres_batches_too_large_for_one_statement_take_the_librarys_insert(
+    postgres_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Live batches are far below the limit; a lowered limit sends this import
+    # through the library's pipelined insert, rows written table by table.
+    monkeypatch.setattr("turnledger.infra.postgres._ROWS_PER_STATEMENT", 2)
+    library_inserts: list[int] = []
+    library_insert = PostgresApplicationRecorder.insert_events
+
+    def counted(self: PostgresApplicationRecorder, events: Any, **kwargs: Any) -> Any:
+        library_inserts.append(len(events))
+        return library_insert(self, events, **kwargs)
+
+    monkeypatch.setattr(PostgresApplicationRecorder, "insert_events", counted)
+    ledger = open_conversations(postgres_settings)
+    try:
+        conversation_id = ledger.start_conversation("alice")
+        turns = [(f"t{i}", f"question {i}", f"answer {i}") for i in range(7)]
+        receipts = ledger.confirm_turns("alice", conversation_id, turns)
+        assert [r.version for r in receipts] == list(range(2, 9))
+        assert sum(library_inserts) >= 7  # the import went the library's way
+        ledger.delete_history("alice", conversation_id, turn_ids=["t1", "t4"])
+        page = ledger.get_history("alice", conversation_id, limit=50)
+        assert [(i.turn_id, i.deleted, i.answer) for i in page.items] == [
+            (f"t{i}", i in (1, 4), None if i in (1, 4) else f"answer {i}")
+            for i in range(7)
+        ]
+        assert compare_read_sides(live_rows(ledger), replay_log(ledger).rows()) == []
+    finally:
+        ledger.close()
