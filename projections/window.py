@@ -37,6 +37,7 @@ from turnledger.domain.errors import (
     MandatoryInputOverContextError,
     MandatoryInputTooLargeError,
 )
+from turnledger.domain.parts import AssistantStep, Attachment, TurnParts
 from turnledger.domain.text import json_string_size
 from turnledger.projections.dropped import (
     DROP_REASONS,
@@ -102,11 +103,17 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class WindowTurn:
-    """One confirmed exchange as the window sees it."""
+    """One confirmed exchange as the window sees it (texts as they are sent)."""
 
     turn_id: str
     question: str
     answer: str
+    attachments: tuple[Attachment, ...] = ()
+    steps: tuple[AssistantStep, ...] = ()
+
+    @classmethod
+    def of(cls, turn_id: str, turn: TurnParts) -> WindowTurn:
+        return cls(turn_id, turn.question, turn.answer, turn.attachments, turn.steps)
 
 
 @dataclass(frozen=True, slots=True)
