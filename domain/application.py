@@ -35,7 +35,6 @@ from turnledger.domain.chain import (
 from turnledger.domain.conversation import (
     Conversation,
     TurnFacts,
-    TurnSizes,
     TurnStatus,
     fold_key_id,
 )
@@ -69,6 +68,7 @@ from turnledger.domain.text import (
     check_turn_size,
 )
 from turnledger.domain.transcodings import register_legacy_transcodings
+from turnledger.domain.turn_texts import turn_sizes
 from turnledger.projections.ledger_rows import (
     ConversationRow,
     RowChanges,
@@ -623,16 +623,7 @@ class Conversations(Application[UUID]):
         check_expected_version(expected_version)
         question, answer = turn.question, turn.answer
         parts_text = None if turn.text_only else encode_parts(turn)
-        question_metrics, answer_metrics = (
-            TextMetrics.of(question),
-            TextMetrics.of(answer),
-        )
-        sizes = TurnSizes(
-            question_json_bytes=question_metrics.json_bytes,
-            answer_json_bytes=answer_metrics.json_bytes,
-            question_chars=question_metrics.chars,
-            answer_chars=answer_metrics.chars,
-        )
+        sizes = turn_sizes(turn)
 
         def run(conversation: Conversation, batch: Batch) -> TurnReceipt:
             existing = batch.turn(conversation.id, turn_id)

@@ -397,9 +397,13 @@ def fold_key_id(fold_id: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class TurnSizes:
-    """Sizes of a turn's two texts, measured before they are sealed."""
+    """Sizes of a turn's texts, measured before they are sealed."""
 
     question_json_bytes: int
     answer_json_bytes: int
     question_chars: int
     answer_chars: int
+    # Code points of every text of the turn's steps (None: a text-only turn).
+    # A window reads a turn with parts to measure it in its wire format; this
+    # says which turns need that, and lets a fold's due-ness be estimated.
+    parts_chars: int | None = None

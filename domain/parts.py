@@ -293,6 +293,14 @@ class ToolCall:
                 "tool_call.arguments",
                 "must be a JSON object (every provider takes named arguments)",
             )
+        try:
+            # Anthropic and Gemini take the arguments as an object: they must
+            # serialize again as JSON (1e999 parses to infinity, which cannot).
+            json.dumps(parsed, allow_nan=False)
+        except ValueError:
+            raise InvalidInputError(
+                "tool_call.arguments", "holds a number JSON cannot represent"
+            ) from None
 
     def arguments_object(self) -> dict[str, Any]:
         parsed: dict[str, Any] = json.loads(self.arguments)

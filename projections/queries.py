@@ -332,6 +332,7 @@ class ConversationQueries:
                 if (
                     from_metadata
                     and sizes is not None
+                    and sizes.parts_chars is None
                     and not (
                         needs_trim_by_chars(sizes.question_chars, limit)
                         or needs_trim_by_chars(sizes.answer_chars, limit)
@@ -353,6 +354,7 @@ class ConversationQueries:
                     WindowTurn.of(row.turn_id, read([row])[row.turn_id]),
                     counter,
                     limit,
+                    policy.wire_format,
                 )
                 sent[row.turn_id] = as_sent
                 yield replace(candidate, position=row.position)
@@ -444,6 +446,7 @@ class ConversationQueries:
             if row.sizes is not None:
                 tokens += char_estimate(row.sizes.question_chars)
                 tokens += char_estimate(row.sizes.answer_chars)
+                tokens += char_estimate(row.sizes.parts_chars or 0)
             if tokens > threshold:
                 break
         return tokens
