@@ -76,7 +76,9 @@ def test_tool_windows_equal_the_naive_reference_and_never_orphan(
         except WindowError as error:
             assert type(error) is type(refused)
             return
-        raise AssertionError("the fast path accepted what the reference refused")
+        raise AssertionError(
+            "the fast path accepted what the reference refused"
+        ) from None
     window = select_window(**arguments)
     assert window.body == expected.body
     assert window.kept_turn_ids == expected.kept_turn_ids
