@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import json
+import sqlite3
+import uuid
+from collections.abc import Callable
+
+import psycopg
 import pytest
 
+from tests.conftest import durable_stores
+from tests.tool_pairing import pairing_problems
 from turnledger.domain.application import Conversations
+from turnledger.domain.audit import Auditor
 from turnledger.domain.conversation import TurnStatus
 from turnledger.domain.errors import InvalidInputError, TurnConflictError
 from turnledger.domain.parts import (
@@ -16,6 +25,11 @@ from turnledger.domain.parts import (
     TurnParts,
     sha256_digest,
 )
+from turnledger.infra.read_side import rebuild_read_side
+from turnledger.infra.settings import Settings
+from turnledger.projections.formats import WIRE_FORMATS
+from turnledger.projections.policy import WindowPolicy
+from turnledger.projections.window import WindowTurn, select_window
 
 OWNER = "alice"
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(40))
@@ -126,3 +140,158 @@ def test_a_confirmed_turn_must_answer_every_call_and_nothing_is_written(
         )
     assert raised.value.field == "parts"
     assert ledger.get_conversation(OWNER, conversation_id).turn_count == 0
+
+
+# Windows, receipts, deletion and the read side, on every store ------------------
+
+
+def tool_history(ledger: Conversations) -> uuid.UUID:
+    conversation_id = ledger.start_conversation(OWNER)
+    ledger.confirm_turn(
+        OWNER, conversation_id, turn_id="t1", question="hi", answer="yo"
+    )
+    ledger.confirm_turn(OWNER, conversation_id, turn_id="t2", parts=WEATHER)
+    ledger.record_abandoned_turn(
+        OWNER,
+        conversation_id,
+        turn_id="t3",
+        outcome="failed",
+        parts=TurnParts(
+            question="And Rome?",
+            steps=(ToolCall("call_9", "get_weather", '{"city":"Rome"}'),),
+        ),
+    )
+    return conversation_id
+
+
+@pytest.mark.parametrize("wire_format", WIRE_FORMATS)
+def test_windows_send_whole_tool_turns_never_the_abandoned_one_and_audit_clean(
+    ledger: Conversations, wire_format: str
+) -> None:
+    conversation_id = tool_history(ledger)
+    policy = WindowPolicy(wire_format=wire_format, max_bytes=100_000)  # type: ignore[arg-type]
+    projected = ledger.project_window(
+        OWNER, conversation_id, question="Next?", system="sys", model="m", policy=policy
+    )
+    window = projected.window
+    assert window.kept_turn_ids == ("t1", "t2")
+    assert pairing_problems(wire_format, window.body) == []
+    body = window.body.decode()
+    assert "call_1" in body and "call_9" not in body and "Rome" not in body
+    # The same bytes as the window over the turns in memory.
+    expected = select_window(
+        model="m",
+        system="sys",
+        turns=[
+            WindowTurn("t1", "hi", "yo"),
+            WindowTurn.of("t2", WEATHER),
+        ],
+        question="Next?",
+        policy=policy,
+    )
+    assert window.body == expected.body
+    ledger.confirm_turn(
+        OWNER,
+        conversation_id,
+        turn_id="t4",
+        parts=TurnParts(
+            question="Next?",
+            steps=(ToolCall("c", "f", "{}"), ToolResult("c", "r")),
+            answer="done",
+        ),
+        window=projected,
+    )
+    report = Auditor(ledger).audit()
+    assert report.ok, report.failures
+    assert report.conversation(conversation_id).receipts_verified == 1
+
+
+def test_a_long_tool_result_is_trimmed_the_arguments_never(
+    ledger: Conversations,
+) -> None:
+    conversation_id = ledger.start_conversation(OWNER)
+    long_arguments = json.dumps({"text": "x" * 4_000})
+    turn = TurnParts(
+        question="q",
+        steps=(
+            ToolCall("c1", "summarize", long_arguments),
+            ToolResult("c1", "r" * 4_000),
+        ),
+        answer="a",
+    )
+    ledger.confirm_turn(OWNER, conversation_id, turn_id="t1", parts=turn)
+    policy = WindowPolicy(max_bytes=100_000, max_message_tokens=100)
+    window = ledger.project_window(
+        OWNER, conversation_id, question="q2", system="s", model="m", policy=policy
+    ).window
+    document = json.loads(window.body)
+    call = document["messages"][2]["tool_calls"][0]["function"]
+    assert call["arguments"] == long_arguments
+    result = document["messages"][3]["content"]
+    assert "tokens omitted" in result and len(result) < 1_000
+    assert [(t.part, t.step) for t in window.trimmed] == [("tool_result", 1)]
+
+
+def test_deleting_a_tool_turn_destroys_its_parts_and_inline_bytes(
+    ledger: Conversations,
+) -> None:
+    conversation_id = tool_history(ledger)
+    rows = ledger.recorder.select_events(conversation_id)
+    events = [ledger.mapper.to_domain_event(row) for row in rows]
+    (sealed,) = [e.sealed_parts for e in events if getattr(e, "turn_id", "") == "t2"]
+    assert sealed is not None
+    opened = ledger.vault.open_many(conversation_id, [("t2", "parts", sealed)])
+    assert opened[0] is not None and "get_weather" in opened[0]
+    ledger.delete_history(OWNER, conversation_id, turn_ids=["t2", "t3"])
+    items = ledger.get_history(OWNER, conversation_id).items
+    assert [item.parts is None for item in items] == [False, True, True]
+    # The sealed parts (with the inline image) stay in the log; no key opens them.
+    assert ledger.vault.open_many(conversation_id, [("t2", "parts", sealed)]) == [None]
+    assert Auditor(ledger).audit().ok
+
+
+def test_the_rebuilt_read_side_knows_which_turns_have_parts(
+    ledger: Conversations,
+) -> None:
+    conversation_id = tool_history(ledger)
+    before = ledger.read_side.turns_by_id(conversation_id, ["t1", "t2", "t3"])
+    view = rebuild_read_side(ledger)
+    after = ledger.read_side.turns_by_id(conversation_id, ["t1", "t2", "t3"])
+    assert after == before
+    assert before["t1"].sizes.parts_chars is None  # type: ignore[union-attr]
+    assert (
+        before["t2"].sizes.parts_chars
+        == sum(  # type: ignore[union-attr]
+            len(text) for text in WEATHER.texts()[1:-1]
+        )
+    )
+    assert view is not None
+
+
+@durable_stores
+def test_a_store_from_before_parts_gains_the_column_and_keeps_its_turns(
+    settings: Settings, open_ledger: Callable[[], Conversations]
+) -> None:
+    ledger = open_ledger()
+    conversation_id = ledger.start_conversation(OWNER)
+    ledger.confirm_turn(OWNER, conversation_id, turn_id="t1", question="q", answer="a")
+    ledger.close()
+    drop = "ALTER TABLE {}conversation_turns DROP COLUMN parts_chars"
+    if settings.persistence == "sqlite":
+        with sqlite3.connect(settings.sqlite_events_path) as connection:
+            connection.execute(drop.format(""))
+    else:
+        with psycopg.connect(settings.postgres_conninfo()) as connection:
+            connection.execute(drop.format(f'"{settings.postgres_schema}".'))
+    reopened = open_ledger()
+    reopened.confirm_turn(OWNER, conversation_id, turn_id="t2", parts=WEATHER)
+    items = reopened.get_history(OWNER, conversation_id).items
+    assert [item.parts for item in items] == [
+        TurnParts(question="q", answer="a"),
+        WEATHER,
+    ]
+    window = reopened.project_window(
+        OWNER, conversation_id, question="n", system="s", model="m", max_bytes=50_000
+    ).window
+    assert window.kept_turn_ids == ("t1", "t2")
+    assert Auditor(reopened).audit().ok
