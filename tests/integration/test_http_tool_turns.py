@@ -7,8 +7,12 @@ import json
 
 import pytest
 
-from tests.integration.test_http_api import JSON, Api, api, turn_url  # noqa: F401
+from tests.integration import test_http_api as base
+from tests.integration.test_http_api import JSON, Api, turn_url
 from tests.tool_pairing import pairing_problems
+
+# The same fixture: a service with one conversation holding a text-only turn.
+api = base.api
 
 PNG = b"\x89PNG\r\n\x1a\n"
 PARTS = [
@@ -27,6 +31,8 @@ PARTS = [
     },
     {"kind": "tool_result", "call_id": "call_1", "content": "18C", "is_error": False},
 ]
+
+
 def without_nulls(parts: list[dict[str, object]]) -> list[dict[str, object]]:
     """Optional fields a part does not use are shown as null."""
     return [{k: v for k, v in part.items() if v is not None} for part in parts]

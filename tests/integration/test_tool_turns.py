@@ -6,6 +6,7 @@ import json
 import sqlite3
 import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime
 
 import psycopg
 import pytest
@@ -16,6 +17,7 @@ from turnledger.domain.application import Conversations
 from turnledger.domain.audit import Auditor
 from turnledger.domain.conversation import TurnStatus
 from turnledger.domain.errors import InvalidInputError, TurnConflictError
+from turnledger.domain.export import export_records
 from turnledger.domain.parts import (
     AssistantText,
     Attachment,
@@ -25,6 +27,7 @@ from turnledger.domain.parts import (
     TurnParts,
     sha256_digest,
 )
+from turnledger.domain.replay import history_at
 from turnledger.infra.read_side import rebuild_read_side
 from turnledger.infra.settings import Settings
 from turnledger.projections.formats import WIRE_FORMATS
@@ -295,3 +298,20 @@ def test_a_store_from_before_parts_gains_the_column_and_keeps_its_turns(
     ).window
     assert window.kept_turn_ids == ("t1", "t2")
     assert Auditor(reopened).audit().ok
+
+
+def test_export_and_replay_carry_every_part(ledger: Conversations) -> None:
+    conversation_id = tool_history(ledger)
+    version = ledger.get_conversation(OWNER, conversation_id).version
+    ledger.delete_history(OWNER, conversation_id, turn_ids=["t1"])
+    records = list(export_records(ledger, OWNER, exported_at=datetime.now(UTC)))
+    turns = [r for r in records if r["record"] == "turn"]
+    assert [t["parts"] is None for t in turns] == [True, False, False]
+    assert turns[1]["parts"] == WEATHER.part_documents()
+    assert json.loads(json.dumps(turns[1]["parts"])) == turns[1]["parts"]
+    past = history_at(ledger, OWNER, conversation_id, version=version)
+    assert [item.parts for item in past.items][1:] == [
+        WEATHER,
+        ledger.get_history(OWNER, conversation_id).items[2].parts,
+    ]
+    assert past.items[0].parts is None  # deleted since: never brought back
