@@ -322,7 +322,11 @@ class Conversations(Application[UUID]):
         """
         writes = []
         for index, item in enumerate(turns):
-            if not isinstance(item, tuple) or len(item) not in (2, 3):
+            if (
+                isinstance(item, str)
+                or not isinstance(item, Sequence)
+                or len(item) not in (2, 3)
+            ):
                 raise InvalidInputError(
                     f"turns[{index}]",
                     "expected (turn_id, question, answer) or (turn_id, TurnParts)",
