@@ -33,6 +33,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from turnledger.domain.conversation import TurnSizes
 from turnledger.domain.errors import (
     MandatoryInputOverContextError,
     MandatoryInputTooLargeError,
@@ -59,6 +60,7 @@ from turnledger.projections.dropped import (
     TurnIdsUnavailableError,
 )
 from turnledger.projections.formats import (
+    WIRE_FORMATS,
     RequestParts,
     encode_json,
     label_fold,
@@ -72,6 +74,8 @@ from turnledger.projections.tokens import (
     CHAR_ESTIMATE,
     TokenCounter,
     Trimmed,
+    char_estimate,
+    needs_trim_by_chars,
     trim_text,
 )
 from turnledger.projections.turn_shapes import attachment_note, sent_as_note
@@ -419,6 +423,36 @@ _STEP_PARTS: dict[type, Literal["assistant_text", "tool_result", "refusal"]] = {
     ToolResult: "tool_result",
     Refusal: "refusal",
 }
+
+
+def candidate_from_sizes(
+    turn_id: str,
+    sizes: TurnSizes,
+    wire_format: str,
+    position: int | None = None,
+) -> PairCandidate:
+    """The candidate of an untrimmed turn from its recorded sizes (char/4)."""
+    question = MessageSize(
+        sizes.question_json_bytes, char_estimate(sizes.question_chars)
+    )
+    answer = MessageSize(sizes.answer_json_bytes, char_estimate(sizes.answer_chars))
+    steps = None
+    if sizes.parts is not None:
+        index = WIRE_FORMATS.index(wire_format)
+        steps = StepsSize(
+            wire_format, sizes.parts.turn_bytes[index], sizes.parts.tokens[index]
+        )
+    return PairCandidate(turn_id, question, answer, position, steps)
+
+
+def needs_trim(sizes: TurnSizes, max_tokens: int | None) -> bool:
+    """Whether a trim at `max_tokens` (char/4) would cut any text of the turn."""
+    longest = max(
+        sizes.question_chars,
+        sizes.answer_chars,
+        0 if sizes.parts is None else sizes.parts.longest_chars,
+    )
+    return needs_trim_by_chars(longest, max_tokens)
 
 
 def _trim_steps(
