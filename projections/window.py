@@ -22,9 +22,11 @@ the window is always a suffix and the open edge only moves outward.
 
 Selection never serializes candidate suffixes. In every wire format a pair
 adds a constant plus the JSON-string sizes of its texts (see formats.py), and
-those sizes are recorded when a turn is confirmed; so the walk costs one
-addition per pair it keeps, whatever the length of the history, and only the
-pairs it keeps need to be decrypted.
+a turn with tool calls or attachments adds its own messages and one comma
+each; both are recorded when a turn is confirmed (a turn with parts: its
+bytes in every format), so the walk costs one addition per pair it keeps,
+whatever the length of the history, and only the pairs it keeps need to be
+decrypted. A turn is always whole: its tool calls go with their results.
 """
 
 from __future__ import annotations
