@@ -19,6 +19,7 @@ from tests.strategies import hostile_text, sendable_text, tool_turns
 from tests.tool_pairing import pairing_problems
 from tests.unit.test_window_equivalence import fixed_tokens, policies
 from turnledger.domain.parts import ToolCall, ToolResult
+from turnledger.infra.tokenizers import token_counter
 from turnledger.projections.policy import WindowPolicy
 from turnledger.projections.tokens import CHAR_ESTIMATE
 from turnledger.projections.window import WindowTurn
@@ -41,12 +42,18 @@ def call_ids(turn: WindowTurn) -> set[str]:
     turns=histories(),
     question=sendable_text,
     system=hostile_text,
+    use_real_tokenizer=st.booleans(),
     data=st.data(),
 )
 def test_tool_windows_equal_the_naive_reference_and_never_orphan(
-    turns: list[WindowTurn], question: str, system: str, data: st.DataObject
+    turns: list[WindowTurn],
+    question: str,
+    system: str,
+    use_real_tokenizer: bool,
+    data: st.DataObject,
 ) -> None:
-    policy = data.draw(policies(fixed_tokens(CHAR_ESTIMATE, system, question)))
+    counter = token_counter("o200k_base") if use_real_tokenizer else CHAR_ESTIMATE
+    policy = data.draw(policies(fixed_tokens(counter, system, question)))
     if data.draw(st.booleans(), label="roomy"):
         # Tool turns are large: often give room for several of them.
         policy = WindowPolicy.model_validate(
@@ -65,7 +72,7 @@ def test_tool_windows_equal_the_naive_reference_and_never_orphan(
         turns=turns,
         question=question,
         policy=policy,
-        counter=CHAR_ESTIMATE,
+        counter=counter,
     )
     both = both_windows(**arguments)
     if both is None:
