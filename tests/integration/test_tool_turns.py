@@ -17,7 +17,11 @@ from turnledger.domain.application import Conversations
 from turnledger.domain.audit import Auditor
 from turnledger.domain.chain import decode_envelope
 from turnledger.domain.conversation import TurnStatus
-from turnledger.domain.errors import InvalidInputError, TurnConflictError
+from turnledger.domain.errors import (
+    InvalidInputError,
+    TurnConflictError,
+    TurnTooLargeError,
+)
 from turnledger.domain.export import export_records
 from turnledger.domain.parts import (
     AssistantText,
@@ -334,3 +338,25 @@ def test_text_only_turns_are_stored_as_before_and_parts_in_one_more_blob(
     ]
     assert [e.class_version for e in envelopes] == [2, 2]
     assert b"parts" not in envelopes[0].json
+
+
+def test_the_turn_limit_counts_step_texts_and_inline_bytes(
+    ledger: Conversations,
+) -> None:
+    conversation_id = ledger.start_conversation(OWNER)
+    ledger.max_turn_bytes = 100
+    over_by_steps = TurnParts(
+        question="q" * 10,
+        steps=(ToolCall("c1", "f", "{}"), ToolResult("c1", "r" * 85)),
+        answer="a" * 5,
+    )
+    data = bytes(90)
+    over_by_bytes = TurnParts(
+        question="q" * 10,
+        attachments=(Attachment(media_type="image/png", byte_size=90, data=data),),
+        answer="a",
+    )
+    for turn in (over_by_steps, over_by_bytes):
+        with pytest.raises(TurnTooLargeError):
+            ledger.confirm_turn(OWNER, conversation_id, turn_id="t1", parts=turn)
+    assert ledger.get_conversation(OWNER, conversation_id).turn_count == 0
