@@ -37,6 +37,7 @@ from turnledger.infra.key_session import QUIET_KEY_SESSION, configure_key_sessio
 from turnledger.infra.keystore import KeyStore
 from turnledger.infra.read_side_sql import (
     CONVERSATION_COLUMNS,
+    ERASE_TURN_SIZES,
     FOLD_COLUMNS,
     TURN_COLUMNS,
     conversation_row,
@@ -348,6 +349,13 @@ _READ_SIDE_DDL = [
     # library writes the events in, and surface as "pipeline aborted".
     " PRIMARY KEY (conversation_id, position) DEFERRABLE INITIALLY DEFERRED,"
     " UNIQUE (conversation_id, turn_id) DEFERRABLE INITIALLY DEFERRED)",
+    # Added with turn parts: NULL (a text-only turn) in rows written before.
+    # Checked first: ALTER TABLE would lock the table at every start-up.
+    "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_attribute"
+    " WHERE attrelid = {turns_table}::regclass AND attname = 'parts_sizes'"
+    " AND NOT attisdropped) THEN"
+    " ALTER TABLE {schema}.conversation_turns ADD COLUMN parts_sizes text;"
+    " END IF; END $$",
     "CREATE TABLE IF NOT EXISTS {schema}.conversation_folds ("
     " conversation_id uuid NOT NULL,"
     " fold_id text NOT NULL,"
@@ -477,8 +485,15 @@ class PostgresReadSideRecorder(PostgresApplicationRecorder):
             ]
         ).as_bytes(None)
         self._begin: bytes | None = None
+        turns_table = sql.Literal(
+            sql.SQL("{}.{}")
+            .format(self._schema, sql.Identifier("conversation_turns"))
+            .as_string(None)
+        )
         self.sql_create_statements.extend(
-            sql.SQL(statement).format(schema=self._schema)  # type: ignore[arg-type]
+            sql.SQL(statement).format(  # type: ignore[arg-type]
+                schema=self._schema, turns_table=turns_table
+            )
             for statement in _READ_SIDE_DDL
         )
 
@@ -639,8 +654,7 @@ class PostgresReadSideRecorder(PostgresApplicationRecorder):
             curs.executemany(
                 sql.SQL(
                     "UPDATE {} SET deleted_version = %s, deleted_at = %s, "
-                    "question_json_bytes = NULL, answer_json_bytes = NULL, "
-                    "question_chars = NULL, answer_chars = NULL "
+                    f"{ERASE_TURN_SIZES} "
                     "WHERE conversation_id = %s AND turn_id = ANY(%s)"
                 ).format(self._table("conversation_turns")),
                 [(*group, turn_ids) for group, turn_ids in marked.items()],

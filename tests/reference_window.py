@@ -8,22 +8,54 @@ path's sums, floor and stopping rule produce the very same bytes.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from turnledger.domain.errors import (
     MandatoryInputOverContextError,
     MandatoryInputTooLargeError,
+    WindowError,
+)
+from turnledger.domain.parts import (
+    AssistantStep,
+    AssistantText,
+    Refusal,
+    ToolCall,
+    ToolResult,
 )
 from turnledger.projections.formats import RequestParts, label_fold, render_body
+from turnledger.projections.media_tokens import file_tokens, image_tokens
 from turnledger.projections.policy import WindowPolicy
 from turnledger.projections.tokens import TokenCounter, trim_text
-from turnledger.projections.window import WindowFold, WindowTurn
+from turnledger.projections.turn_shapes import attachment_note, sent_as_note
+from turnledger.projections.window import (
+    Window,
+    WindowFold,
+    WindowTurn,
+    select_window,
+)
 
 
 class NaiveWindow(NamedTuple):
     body: bytes
     kept_turn_ids: tuple[str, ...]
     fold_dropped_reason: str | None  # "bytes" or "context" when a fold was not sent
+
+
+def both_windows(**arguments: Any) -> tuple[Window, NaiveWindow] | None:
+    """`select_window` and the reference on the same arguments; None when both
+    refuse with the same error (asserted), an AssertionError when only one does."""
+    try:
+        expected = naive_window(**arguments)
+    except WindowError as refused:
+        try:
+            select_window(**arguments)
+        except WindowError as error:
+            assert type(error) is type(refused)
+            return None
+        raise AssertionError(
+            "the fast path accepted what the reference refused"
+        ) from None
+    return select_window(**arguments), expected
 
 
 def naive_window(
@@ -45,14 +77,10 @@ def naive_window(
     """
     fmt = policy.wire_format
 
+    limit = policy.max_message_tokens
+
     def body(suffix: Sequence[WindowTurn], fold_text: str | None) -> bytes:
-        pairs = [
-            (
-                trim_text(turn.question, counter, policy.max_message_tokens).text,
-                trim_text(turn.answer, counter, policy.max_message_tokens).text,
-            )
-            for turn in suffix
-        ]
+        pairs = [sent_turn(turn, counter, limit) for turn in suffix]
         parts = RequestParts(
             model=model,
             system=system,
@@ -109,11 +137,7 @@ def naive_window(
             continue
         if pair_limit is not None and len(suffix) > pair_limit:
             continue
-        tokens = sum(
-            trim_text(turn.question, counter, policy.max_message_tokens).tokens
-            + trim_text(turn.answer, counter, policy.max_message_tokens).tokens
-            for turn in suffix
-        )
+        tokens = sum(turn_tokens(turn, counter, limit, fmt) for turn in suffix)
         if context is not None and fixed + tokens + reserve > context:
             continue
         if (
@@ -126,3 +150,57 @@ def naive_window(
             candidate, tuple(turn.turn_id for turn in suffix), fold_dropped_reason
         )
     raise AssertionError("the empty suffix always fits")
+
+
+def sent_turn(
+    turn: WindowTurn, counter: TokenCounter, limit: int | None
+) -> tuple[str, str] | WindowTurn:
+    """The turn as sent: every text trimmed but the calls' arguments."""
+
+    def cut(text: str) -> str:
+        return trim_text(text, counter, limit).text
+
+    if not turn.attachments and not turn.steps:
+        return (cut(turn.question), cut(turn.answer))
+    steps: list[AssistantStep] = []
+    for step in turn.steps:
+        if isinstance(step, ToolResult):
+            steps.append(ToolResult(step.call_id, cut(step.content), step.is_error))
+        elif isinstance(step, AssistantText):
+            steps.append(AssistantText(cut(step.text)))
+        elif isinstance(step, Refusal):
+            steps.append(Refusal(cut(step.text)))
+        else:
+            steps.append(step)
+    return WindowTurn(
+        turn.turn_id,
+        cut(turn.question),
+        cut(turn.answer),
+        turn.attachments,
+        tuple(steps),
+    )
+
+
+def turn_tokens(
+    turn: WindowTurn, counter: TokenCounter, limit: int | None, fmt: str
+) -> int:
+    """Tokens of the turn as sent: its texts, calls and attachments."""
+    sent = sent_turn(turn, counter, limit)
+    if isinstance(sent, tuple):
+        return counter.count(sent[0]) + counter.count(sent[1])
+    tokens = counter.count(sent.question) + counter.count(sent.answer)
+    for step in sent.steps:
+        if isinstance(step, ToolCall):
+            tokens += counter.count(step.name) + counter.count(step.arguments)
+        elif isinstance(step, ToolResult):
+            tokens += counter.count(step.content)
+        else:
+            tokens += counter.count(step.text)
+    for attachment in sent.attachments:
+        if sent_as_note(fmt, attachment):
+            tokens += counter.count(attachment_note(attachment))
+        elif attachment.is_image:
+            tokens += image_tokens(fmt, attachment)
+        else:
+            tokens += file_tokens(attachment)
+    return tokens
