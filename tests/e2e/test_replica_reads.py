@@ -406,3 +406,49 @@ def test_after_a_purge_the_replicas_key_files_no_longer_hold_the_keys(
         assert _holding(_wal_segments(replica), doomed) == set()
     finally:
         ledger.close()
+
+
+def test_reads_go_to_the_primary_while_the_replica_is_down(
+    clusters: tuple[PrivateCluster, PrivateCluster],
+    service_settings: Settings,
+    launch: Callable[[], Server],
+    add_device: Callable[[str, str], str],
+) -> None:
+    primary, replica = clusters
+    token = add_device("erin", "phone")
+    server = launch()
+    with httpx.Client(
+        base_url=server.base_url,
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=120,
+    ) as http:
+        conversation = http.post("/v1/conversations").json()["conversation_id"]
+        http.put(
+            f"/v1/conversations/{conversation}/turns/t0",
+            json={"question": "q0", "answer": "a0"},
+        ).raise_for_status()
+        _caught_up(primary, replica)
+        assert _window(http, conversation).json()["kept_turn_ids"] == ["t0"]
+        replica.stop("immediate")
+        try:
+            began = time.monotonic()
+            assert _window(http, conversation).json()["kept_turn_ids"] == ["t0"]
+            # The first read finds the replica gone: it waits for the replica
+            # pool's timeout (the connect timeout, 5 s), then the primary
+            # serves it; the next ones skip the replica.
+            first = time.monotonic() - began
+            assert first < 15, first
+            timings = []
+            for n in range(1, 4):
+                http.put(
+                    f"/v1/conversations/{conversation}/turns/t{n}",
+                    json={"question": f"q{n}", "answer": f"a{n}"},
+                ).raise_for_status()
+                began = time.monotonic()
+                window = _window(http, conversation)
+                timings.append(time.monotonic() - began)
+                assert window.json()["kept_turn_ids"] == [f"t{k}" for k in range(n + 1)]
+            assert max(timings) < 1, timings
+        finally:
+            replica.start()
+            _caught_up(primary, replica)
