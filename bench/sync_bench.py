@@ -228,6 +228,35 @@ def paced_write_latencies(
     return latencies
 
 
+class ConnectionPeak:
+    """The most TCP connections a process held to the database port at once,
+    sampled with `ss` every 50 ms while in use."""
+
+    def __init__(self, pid: int, port: int) -> None:
+        self.peak = 0
+        self._pid, self._port = pid, port
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> ConnectionPeak:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.05):
+            listing = subprocess.run(
+                ["ss", "-tnpH", "state", "established", f"dport = :{self._port}"],
+                capture_output=True,
+                text=True,
+            ).stdout
+            held = sum(f"pid={self._pid}," in line for line in listing.splitlines())
+            self.peak = max(self.peak, held)
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process so far, from /proc."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -530,9 +559,10 @@ def main() -> int:
         across = measure_latency(
             base_url, tokens, arguments.writes, label="three", poll_url=other_url
         )
-        own = measure_turns_per_second(
-            base_url, tokens, arguments.turns_per_device, shared=False
-        )
+        with ConnectionPeak(process.pid, settings.postgres_port) as connections:
+            own = measure_turns_per_second(
+                base_url, tokens, arguments.turns_per_device, shared=False
+            )
         shared = measure_turns_per_second(
             base_url, tokens, arguments.turns_per_device, shared=True
         )
@@ -599,7 +629,11 @@ def main() -> int:
     print(
         f"\nconfirmed turns/s, {DEVICES} devices x {arguments.turns_per_device} turns"
     )
-    print(f"  own conversation each        {own:8.0f} turns/s")
+    print(
+        f"  own conversation each        {own:8.0f} turns/s   (the service held at "
+        f"most {connections.peak} connections to PostgreSQL, pool size "
+        f"{settings.postgres_pool_size})"
+    )
     print(f"  one shared conversation      {shared:8.0f} turns/s")
     print(f"raw INSERT+COMMIT via psycopg, {rows} rows")
     print(f"  1 connection                 {raw_one:8.0f} rows/s")
