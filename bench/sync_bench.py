@@ -559,6 +559,10 @@ def main() -> int:
         across = measure_latency(
             base_url, tokens, arguments.writes, label="three", poll_url=other_url
         )
+        # Their connections are not needed any more (the server is shared).
+        for each in others:
+            each.terminate()
+            each.wait(timeout=60)
         with ConnectionPeak(process.pid, settings.postgres_port) as connections:
             own = measure_turns_per_second(
                 base_url, tokens, arguments.turns_per_device, shared=False

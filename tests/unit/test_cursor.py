@@ -54,7 +54,9 @@ def test_anything_else_is_an_invalid_input_error_never_a_crash(garbage: str) -> 
     position=st.integers(min_value=0, max_value=2**63 - 1),
     wal=st.integers(min_value=1, max_value=2**64 - 1),
 )
-def test_a_cursor_read_at_a_wal_position_gives_back_both(position: int, wal: int) -> None:
+def test_a_cursor_read_at_a_wal_position_gives_back_both(
+    position: int, wal: int
+) -> None:
     cursor = codec.encode("alice", position, wal)
     assert codec.decode_at("alice", cursor) == (position, wal)
     assert codec.decode("alice", cursor) == position
