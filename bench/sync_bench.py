@@ -16,7 +16,14 @@ then measures, with real HTTP clients:
    on the same database, from one connection and from 8 at once;
 4. CPU per write: the service process's CPU time (/proc) over a run of writes
    with 0, 100 and 1,000 idle long-polls of other users open, as ratios to the
-   run with none.
+   run with none;
+5. paced writes: one device writing at 30 turns/s (a new request every 1/30 s,
+   whatever the last one took), the latency of each;
+6. reads on a replica: a private PostgreSQL primary and a streaming replica
+   made with `pg_basebackup -R` (tests/e2e/cluster.py, ports 55460-55479), one
+   service reading from the primary alone and one reading from the replica,
+   the same window requests from 8 clients at once against each, in turn.
+   `--no-replica` skips this part.
 
 Client and server share the machine, so the figures include the client's cost.
 """
@@ -196,6 +203,60 @@ def measure_turns_per_second(
     return DEVICES * turns_per_device / (time.perf_counter() - began)
 
 
+def paced_write_latencies(
+    base_url: str, token: str, *, rate: float, seconds: float
+) -> list[float]:
+    """One device writing `rate` turns/s on a fixed schedule: each request's
+    time from its scheduled start to its 200 (so a late start counts too)."""
+    writer = httpx.Client(
+        base_url=base_url, headers={"Authorization": f"Bearer {token}"}, timeout=60
+    )
+    conversation = writer.post("/v1/conversations").json()["conversation_id"]
+    latencies = []
+    began = time.perf_counter()
+    for n in range(round(rate * seconds)):
+        due = began + n / rate
+        pause = due - time.perf_counter()
+        if pause > 0:
+            time.sleep(pause)
+        writer.put(
+            f"/v1/conversations/{conversation}/turns/paced-{n}",
+            json={"question": f"question {n}", "answer": f"answer {n}"},
+        ).raise_for_status()
+        latencies.append(time.perf_counter() - due)
+    writer.close()
+    return latencies
+
+
+class ConnectionPeak:
+    """The most TCP connections a process held to the database port at once,
+    sampled with `ss` every 50 ms while in use."""
+
+    def __init__(self, pid: int, port: int) -> None:
+        self.peak = 0
+        self._pid, self._port = pid, port
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> ConnectionPeak:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.05):
+            listing = subprocess.run(
+                ["ss", "-tnpH", "state", "established", f"dport = :{self._port}"],
+                capture_output=True,
+                text=True,
+            ).stdout
+            held = sum(f"pid={self._pid}," in line for line in listing.splitlines())
+            self.peak = max(self.peak, held)
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process so far, from /proc."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -265,6 +326,141 @@ def cpu_per_write(
     return used / writes
 
 
+def window_requests_per_second(
+    base_url: str, tokens: list[str], conversations: list[str], seconds: float
+) -> float:
+    """Window requests answered per second, one client per device, all at once."""
+    deadline = time.perf_counter() + seconds
+
+    def run(index: int) -> int:
+        done = 0
+        with httpx.Client(
+            base_url=base_url,
+            headers={"Authorization": f"Bearer {tokens[index]}"},
+            timeout=60,
+        ) as http:
+            while time.perf_counter() < deadline:
+                http.post(
+                    f"/v1/conversations/{conversations[index]}/window",
+                    json={"question": "what next?", "system": "be brief", "model": "m"},
+                ).raise_for_status()
+                done += 1
+        return done
+
+    began = time.perf_counter()
+    with ThreadPoolExecutor(len(tokens)) as pool:
+        total = sum(pool.map(run, range(len(tokens))))
+    return total / (time.perf_counter() - began)
+
+
+def replica_window_rates(
+    turns: int, seconds: float
+) -> tuple[dict[str, list[float]], dict[str, float]]:
+    """Window requests/s from a service reading the primary alone and from one
+    reading a streaming replica of it, each measured twice (A, B, B, A); and
+    the share of the ledger's table scans each server ran during the replica
+    runs."""
+    from tests.e2e.cluster import private_cluster, streaming_replica
+
+    schema = "bench_replica"
+    with (
+        private_cluster(range(55460, 55470)) as primary,
+        streaming_replica(primary, range(55470, 55480)) as replica,
+    ):
+        settings = Settings(
+            _env_file=None,
+            persistence="postgres",
+            postgres_host="127.0.0.1",
+            postgres_port=primary.port,
+            postgres_schema=schema,
+            master_key=base64.b64encode(os.urandom(32)).decode(),
+            postgres_pool_size=10,
+        )
+        registry = open_device_registry(settings)
+        tokens = [registry.add(f"reader-{n}", "d").token for n in range(DEVICES)]
+        registry.close()
+        with_replica = {
+            "TURNLEDGER_POSTGRES_REPLICA_HOST": "127.0.0.1",
+            "TURNLEDGER_POSTGRES_REPLICA_PORT": str(replica.port),
+            "TURNLEDGER_POSTGRES_REPLICA_POOL_SIZE": "10",
+        }
+        log = Path(f"/tmp/turnledger-{schema}")
+        alone, alone_url = start_server(settings, log.with_suffix(".primary.log"), 1)
+        served, served_url = start_server(
+            settings, log.with_suffix(".replica.log"), 1, **with_replica
+        )
+        try:
+            conversations = []
+            for token in tokens:
+                with httpx.Client(
+                    base_url=alone_url,
+                    headers={"Authorization": f"Bearer {token}"},
+                    timeout=60,
+                ) as http:
+                    conversation = http.post("/v1/conversations").json()[
+                        "conversation_id"
+                    ]
+                    for n in range(turns):
+                        http.put(
+                            f"/v1/conversations/{conversation}/turns/t{n}",
+                            json={"question": f"question {n}", "answer": f"answer {n}"},
+                        ).raise_for_status()
+                    conversations.append(conversation)
+            wait_for_replay(primary.conninfo, replica.conninfo)
+            rates: dict[str, list[float]] = {"primary": [], "replica": []}
+            scans = {"primary": 0, "replica": 0}
+            for name in ("primary", "replica", "replica", "primary"):
+                url = alone_url if name == "primary" else served_url
+                before = {
+                    "primary": table_scans(primary.conninfo, schema),
+                    "replica": table_scans(replica.conninfo, schema),
+                }
+                rates[name].append(
+                    window_requests_per_second(url, tokens, conversations, seconds)
+                )
+                if name == "replica":
+                    time.sleep(1.0)  # statistics reach the views within a second
+                    scans["primary"] += (
+                        table_scans(primary.conninfo, schema) - before["primary"]
+                    )
+                    scans["replica"] += (
+                        table_scans(replica.conninfo, schema) - before["replica"]
+                    )
+        finally:
+            for each in (alone, served):
+                each.terminate()
+            for each in (alone, served):
+                each.wait(timeout=60)
+    total = max(1, sum(scans.values()))
+    return rates, {name: count / total for name, count in scans.items()}
+
+
+def wait_for_replay(primary: str, replica: str) -> None:
+    with psycopg.connect(primary) as connection:
+        row = connection.execute("SELECT pg_current_wal_lsn()").fetchone()
+    assert row is not None
+    with psycopg.connect(replica, autocommit=True) as connection:
+        for _ in range(600):
+            done = connection.execute(
+                "SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", (row[0],)
+            ).fetchone()
+            if done is not None and done[0]:
+                return
+            time.sleep(0.05)
+    raise SystemExit("the replica never caught up")
+
+
+def table_scans(conninfo: str, schema: str) -> int:
+    """Table and index scans of the schema's tables run on this server so far."""
+    with psycopg.connect(conninfo) as connection:
+        row = connection.execute(
+            "SELECT coalesce(sum(coalesce(seq_scan, 0) + coalesce(idx_scan, 0)), 0)"
+            " FROM pg_stat_user_tables WHERE schemaname = %s",
+            (schema,),
+        ).fetchone()
+    return int(row[0]) if row is not None else 0
+
+
 def raw_inserts_per_second(
     conninfo: str, schema: str, rows: int, connections: int
 ) -> float:
@@ -300,6 +496,12 @@ def main() -> int:
     parser.add_argument("--server-workers", type=int, default=1)
     parser.add_argument("--cpu-writes", type=int, default=500)
     parser.add_argument("--idle-long-polls", default="0,100,1000")
+    parser.add_argument("--paced-seconds", type=float, default=20.0)
+    parser.add_argument("--window-seconds", type=float, default=10.0)
+    parser.add_argument("--window-turns", type=int, default=40)
+    parser.add_argument(
+        "--no-replica", action="store_true", help="skip the replica comparison"
+    )
     arguments = parser.parse_args()
     idle_counts = [int(n) for n in arguments.idle_long_polls.split(",")]
 
@@ -346,6 +548,9 @@ def main() -> int:
         for sock in idle:
             sock.close()
         latency = measure_latency(base_url, tokens, arguments.writes, label="one")
+        paced = paced_write_latencies(
+            base_url, tokens[3], rate=30, seconds=arguments.paced_seconds
+        )
         for n in (1, 2):
             other, other_url = start_server(
                 settings, Path(f"/tmp/turnledger-{schema}-{n}.log"), 1
@@ -354,15 +559,29 @@ def main() -> int:
         across = measure_latency(
             base_url, tokens, arguments.writes, label="three", poll_url=other_url
         )
-        own = measure_turns_per_second(
-            base_url, tokens, arguments.turns_per_device, shared=False
-        )
+        # Their connections are not needed any more (the server is shared).
+        for each in others:
+            each.terminate()
+            each.wait(timeout=60)
+        with ConnectionPeak(process.pid, settings.postgres_port) as connections:
+            own = measure_turns_per_second(
+                base_url, tokens, arguments.turns_per_device, shared=False
+            )
         shared = measure_turns_per_second(
             base_url, tokens, arguments.turns_per_device, shared=True
         )
         rows = DEVICES * arguments.turns_per_device
         raw_one = raw_inserts_per_second(conninfo, schema, rows, 1)
         raw_eight = raw_inserts_per_second(conninfo, schema, rows, DEVICES)
+        # Last, with the shared server's service stopped: its own clusters.
+        for each in [process, *others]:
+            each.terminate()
+        for each in [process, *others]:
+            each.wait(timeout=60)
+        if not arguments.no_replica:
+            window_rates, scan_shares = replica_window_rates(
+                arguments.window_turns, arguments.window_seconds
+            )
     finally:
         for each in [process, *others]:
             each.terminate()
@@ -394,6 +613,13 @@ def main() -> int:
             "from A's send: "
             f"{'yes' if percentile(measured['send'], 0.99) < 0.05 else 'NO'}"
         )
+    print(
+        f"\npaced writes, 30/s for {arguments.paced_seconds:.0f} s ({len(paced)}): "
+        f"median {statistics.median(paced) * 1000:.2f} ms, "
+        f"p99 {percentile(paced, 0.99) * 1000:.2f} ms, max {max(paced) * 1000:.2f} ms "
+        f"(target p99 < 50 ms: "
+        f"{'yes' if percentile(paced, 0.99) < 0.05 else 'NO'})"
+    )
     print(f"\nserver CPU per write, {arguments.cpu_writes} sequential writes")
     mean = {count: statistics.mean(runs) for count, runs in cpu.items()}
     for count, seconds in mean.items():
@@ -407,7 +633,11 @@ def main() -> int:
     print(
         f"\nconfirmed turns/s, {DEVICES} devices x {arguments.turns_per_device} turns"
     )
-    print(f"  own conversation each        {own:8.0f} turns/s")
+    print(
+        f"  own conversation each        {own:8.0f} turns/s   (the service held at "
+        f"most {connections.peak} connections to PostgreSQL, pool size "
+        f"{settings.postgres_pool_size})"
+    )
     print(f"  one shared conversation      {shared:8.0f} turns/s")
     print(f"raw INSERT+COMMIT via psycopg, {rows} rows")
     print(f"  1 connection                 {raw_one:8.0f} rows/s")
@@ -416,6 +646,28 @@ def main() -> int:
         f"ratio turns/s / raw rows/s ({DEVICES} conns): own {own / raw_eight:.2f}, "
         f"shared {shared / raw_eight:.2f}; vs 1 conn: own {own / raw_one:.2f}"
     )
+    if not arguments.no_replica:
+        print(
+            f"\nwindow requests/s, {DEVICES} clients, {arguments.window_turns} turns "
+            f"each, {arguments.window_seconds:.0f} s per run (private primary + "
+            "streaming replica on this machine)"
+        )
+        for name, label in (
+            ("primary", "reads on the primary alone"),
+            ("replica", "reads on the replica"),
+        ):
+            runs = ", ".join(f"{rate:.0f}" for rate in window_rates[name])
+            print(
+                f"  {label:<28} {statistics.mean(window_rates[name]):8.0f} req/s"
+                f"   (runs: {runs})"
+            )
+        ratio = statistics.mean(window_rates["replica"]) / statistics.mean(
+            window_rates["primary"]
+        )
+        print(
+            f"  replica / primary alone {ratio:.2f}; during the replica runs the "
+            f"replica ran {scan_shares['replica']:.0%} of the ledger's table scans"
+        )
     return 0
 
 

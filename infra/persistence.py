@@ -135,6 +135,14 @@ def open_conversations(settings: Settings, *, read_only: bool = False) -> Conver
     return ledger
 
 
+def open_replica(settings: Settings) -> Conversations | None:
+    """The ledger read from the configured streaming replica, read-only; None
+    without one. It creates, upgrades and purges nothing (a hot standby
+    refuses writes anyway): the primary's ledger does all of that."""
+    replica = settings.replica_settings()
+    return None if replica is None else _open_read_only(replica)
+
+
 def _open_read_only(settings: Settings) -> Conversations:
     if settings.persistence == "sqlite" and not settings.sqlite_events_path.exists():
         raise InvalidInputError(

@@ -8,6 +8,7 @@ from typing import Literal, Self
 
 from pydantic import (
     Field,
+    NonNegativeFloat,
     NonNegativeInt,
     PositiveFloat,
     PositiveInt,
@@ -50,6 +51,23 @@ class Settings(BaseSettings):
     )
     postgres_pool_size: PositiveInt = 5
     postgres_connect_timeout: PositiveInt = 5
+
+    # A streaming replica of that server, for reads (docs/scaling.md). Unset
+    # host: no replica. The schema and master key are the primary's.
+    postgres_replica_host: str | None = None
+    postgres_replica_port: PositiveInt = 5432
+    postgres_replica_dbname: str = "postgres"
+    postgres_replica_user: str = "postgres"
+    postgres_replica_password: SecretStr = SecretStr("")
+    postgres_replica_pool_size: PositiveInt = 5
+    # How long a read that must see a write waits for the replica to replay it
+    # before it is served by the primary instead.
+    postgres_replica_max_wait_seconds: NonNegativeFloat = 0.05
+    # What a replica read sees at least. "session": the client's own writes
+    # and reads (the TurnLedger-Position header, the sync cursor) and every
+    # commit this process has heard of. "strict": every commit made before the
+    # read began, at the cost of one position query to the primary per read.
+    postgres_replica_reads: Literal["session", "strict"] = "session"
 
     # Base64 of 32 random bytes. Wraps every per-turn data key. When unset, the
     # SQLite store keeps one in data_dir/master.key (mode 0600) and the memory
@@ -144,6 +162,10 @@ class Settings(BaseSettings):
             raise ValueError(
                 "http_max_long_polls_per_device must be <= http_max_long_polls_per_user"
             )
+        if self.postgres_replica_host is not None and self.persistence != "postgres":
+            raise ValueError(
+                "postgres_replica_host is set: a replica needs persistence=postgres"
+            )
         if self.master_key is not None and self.master_key_file is not None:
             raise ValueError("set master_key or master_key_file, not both")
         if (
@@ -169,6 +191,22 @@ class Settings(BaseSettings):
     @property
     def default_master_key_path(self) -> Path:
         return self.data_dir / "master.key"
+
+    def replica_settings(self) -> Settings | None:
+        """These settings with the replica as the database (None: no replica)."""
+        if self.postgres_replica_host is None:
+            return None
+        return self.model_copy(
+            update={
+                "postgres_host": self.postgres_replica_host,
+                "postgres_port": self.postgres_replica_port,
+                "postgres_dbname": self.postgres_replica_dbname,
+                "postgres_user": self.postgres_replica_user,
+                "postgres_password": self.postgres_replica_password,
+                "postgres_pool_size": self.postgres_replica_pool_size,
+                "postgres_replica_host": None,
+            }
+        )
 
     def postgres_conninfo(self) -> str:
         from psycopg.conninfo import make_conninfo

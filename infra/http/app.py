@@ -37,7 +37,7 @@ from turnledger.infra.http.errors import install_error_handlers
 from turnledger.infra.http.limits import BodySizeLimit, HeadSizeLimit
 from turnledger.infra.http.notifier import LogFollower, Poller, PostgresListener
 from turnledger.infra.http.service import Service
-from turnledger.infra.persistence import master_key, open_conversations
+from turnledger.infra.persistence import master_key, open_conversations, open_replica
 from turnledger.infra.purge_retry import PurgeRetry
 from turnledger.infra.settings import Settings
 
@@ -83,11 +83,13 @@ def create_app(
     owned_registry = registry is None
     ledger = ledger or open_conversations(settings)
     registry = registry or open_device_registry(settings)
+    replica = open_replica(settings)  # reads only; always this app's to close
     service = Service(
         settings=settings,
         ledger=ledger,
         registry=registry,
         cursors=CursorCodec(master_key(settings)),
+        replica=replica,
     )
 
     @asynccontextmanager
@@ -104,6 +106,7 @@ def create_app(
                 settings.postgres_conninfo(),
                 events_channel=ledger.recorder.channel_name,  # type: ignore[attr-defined]
                 devices_channel=registry.revocation_channel,
+                on_commits=service.reads.note_primary_position,
             )
         else:
             postgres_check = None
@@ -154,6 +157,8 @@ def create_app(
             if postgres_check is not None:
                 await postgres_check.close()
             watcher.stop()
+            if replica is not None:
+                replica.close()
             if owned_ledger:
                 ledger.close()
             if owned_registry:

@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Annotated
 from uuid import UUID, uuid5
 
-from fastapi import APIRouter, Depends, Path, Query, status
+from fastapi import APIRouter, Depends, Path, Query, Response, status
+from starlette.concurrency import run_in_threadpool
 
 from turnledger.domain.application import MAX_HISTORY_PAGE, TurnReceipt
 from turnledger.domain.conversation import TurnStatus
@@ -33,7 +34,13 @@ from turnledger.infra.http.schemas import (
     WindowOut,
     parts_out,
 )
-from turnledger.infra.http.service import Service, current_device, get_service
+from turnledger.infra.http.service import (
+    ClientPosition,
+    Service,
+    bearer_token,
+    current_device,
+    get_service,
+)
 
 router = APIRouter(
     prefix="/v1/conversations", tags=["conversations"], responses=ERROR_RESPONSES
@@ -54,6 +61,7 @@ TurnId = Annotated[
 ]
 CurrentDevice = Annotated[Device, Depends(current_device)]
 CurrentService = Annotated[Service, Depends(get_service)]
+BearerToken = Annotated[str | None, Depends(bearer_token)]
 
 
 @router.post(
@@ -62,6 +70,7 @@ CurrentService = Annotated[Service, Depends(get_service)]
 def start_conversation(
     device: CurrentDevice,
     service: CurrentService,
+    response: Response,
     request: ConversationIn | None = None,
 ) -> ConversationCreatedOut:
     """Start a conversation. With a `client_key`, the same request sent again
@@ -73,6 +82,7 @@ def start_conversation(
     conversation_id = service.ledger.start_conversation(
         device.user_id, conversation_id=chosen
     )
+    service.hand_back(response, device, service.reads.primary_position())
     service.signals.fire([device.user_id])
     version = 1
     if chosen is not None:
@@ -84,23 +94,39 @@ def start_conversation(
 
 @router.get("", response_model=ConversationListOut)
 def list_conversations(
-    device: CurrentDevice, service: CurrentService
+    device: CurrentDevice,
+    service: CurrentService,
+    response: Response,
+    position: ClientPosition = None,
 ) -> ConversationListOut:
+    summaries, at = service.reads.read(
+        service.required_position(device, position),
+        lambda source: source.feed.list_conversations(device.user_id),
+    )
+    service.hand_back(response, device, at)
     return ConversationListOut(
         conversations=[
             ConversationSummaryOut(
                 conversation_id=summary.conversation_id, started_at=summary.started_at
             )
-            for summary in service.feed.list_conversations(device.user_id)
+            for summary in summaries
         ]
     )
 
 
 @router.get("/{conversation_id}", response_model=ConversationOut)
 def get_conversation(
-    conversation_id: ConversationId, device: CurrentDevice, service: CurrentService
+    conversation_id: ConversationId,
+    device: CurrentDevice,
+    service: CurrentService,
+    response: Response,
+    position: ClientPosition = None,
 ) -> ConversationOut:
-    conversation = service.ledger.get_conversation(device.user_id, conversation_id)
+    conversation, at = service.reads.read(
+        service.required_position(device, position),
+        lambda source: source.ledger.get_conversation(device.user_id, conversation_id),
+    )
+    service.hand_back(response, device, at)
     return ConversationOut(
         conversation_id=conversation.id,
         version=conversation.version,
@@ -113,12 +139,18 @@ def get_history(
     conversation_id: ConversationId,
     device: CurrentDevice,
     service: CurrentService,
+    response: Response,
     offset: Annotated[int, Query(ge=0, le=2**53)] = 0,
     limit: Annotated[int, Query(ge=1, le=MAX_HISTORY_PAGE)] = 50,
+    position: ClientPosition = None,
 ) -> HistoryPageOut:
-    page = service.ledger.get_history(
-        device.user_id, conversation_id, offset=offset, limit=limit
+    page, at = service.reads.read(
+        service.required_position(device, position),
+        lambda source: source.ledger.get_history(
+            device.user_id, conversation_id, offset=offset, limit=limit
+        ),
     )
+    service.hand_back(response, device, at)
     return HistoryPageOut(
         conversation_id=page.conversation_id,
         version=page.version,
@@ -142,17 +174,26 @@ def get_history(
 
 
 @router.put("/{conversation_id}/turns/{turn_id}", response_model=TurnReceiptOut)
-def record_turn(
+async def record_turn(
     conversation_id: ConversationId,
     turn_id: TurnId,
     turn: TurnIn,
-    device: CurrentDevice,
+    token: BearerToken,
     service: CurrentService,
+    response: Response,
 ) -> TurnReceiptOut:
     """Record a turn. Sending the same request again returns the same receipt
     and writes nothing; the same turn id with other content is a 409."""
-    with service.locks(conversation_id):
+
+    # The hot path: the token is checked in the write's own worker-thread call,
+    # one thread hop per request instead of two.
+    def authenticate_and_record() -> tuple[Device, TurnReceipt, int]:
+        device = service.registry.authenticate(token)
         receipt = _record(service, device, conversation_id, turn_id, turn)
+        return device, receipt, service.reads.primary_position()
+
+    device, receipt, at = await run_in_threadpool(authenticate_and_record)
+    service.hand_back(response, device, at)
     service.signals.fire([device.user_id])
     return TurnReceiptOut(
         conversation_id=receipt.conversation_id,
@@ -198,24 +239,31 @@ def project_window(
     request: WindowIn,
     device: CurrentDevice,
     service: CurrentService,
+    response: Response,
+    position: ClientPosition = None,
 ) -> WindowOut:
     """The request body for `question`, built from the newest turns that fit.
     Reads only."""
     policy = request.policy
     if policy is None and request.max_bytes is None:
         policy = service.settings.window_policy()
-    projected = service.ledger.project_window(
-        device.user_id,
-        conversation_id,
-        question=request.question,
-        system=request.system,
-        model=request.model,
-        max_bytes=request.max_bytes,
-        policy=policy,
-        token_counter=service.token_counter(
-            request.tokenizer or service.settings.window_tokenizer
+    counter = service.token_counter(
+        request.tokenizer or service.settings.window_tokenizer
+    )
+    projected, at = service.reads.read(
+        service.required_position(device, position),
+        lambda source: source.ledger.project_window(
+            device.user_id,
+            conversation_id,
+            question=request.question,
+            system=request.system,
+            model=request.model,
+            max_bytes=request.max_bytes,
+            policy=policy,
+            token_counter=counter,
         ),
     )
+    service.hand_back(response, device, at)
     window = projected.window
     return WindowOut(
         conversation_id=projected.conversation_id,
@@ -243,17 +291,18 @@ def delete_history(
     request: DeletionIn,
     device: CurrentDevice,
     service: CurrentService,
+    response: Response,
 ) -> DeletionOut:
     """Delete chosen turns (`turn_ids`) or all of them (`whole_history`).
     Every device then pulls a `history_deleted` change naming the turns."""
-    with service.locks(conversation_id):
-        receipt = service.ledger.delete_history(
-            device.user_id,
-            conversation_id,
-            turn_ids=request.turn_ids,
-            deleted_by=device.device_id,
-            expected_version=request.expected_version,
-        )
+    receipt = service.ledger.delete_history(
+        device.user_id,
+        conversation_id,
+        turn_ids=request.turn_ids,
+        deleted_by=device.device_id,
+        expected_version=request.expected_version,
+    )
+    service.hand_back(response, device, service.reads.primary_position())
     service.signals.fire([device.user_id])
     return DeletionOut(
         conversation_id=receipt.conversation_id,

@@ -1,10 +1,17 @@
-"""Sync cursors: a log position, sealed so that it is opaque and bound to a user.
+"""Sync cursors and WAL position tokens: sealed, so opaque and bound to a user.
 
-A plain position would tell a device how many events *all* users have written
-(it advances past other users' events). Sealing it with AES-GCM under a key
-derived from the master key hides that, and binding it to the user makes a
-cursor useless to anybody else. Every process derives the same key, so a
+A plain log position would tell a device how many events *all* users have
+written (it advances past other users' events). Sealing it with AES-GCM under
+a key derived from the master key hides that, and binding it to the user makes
+a cursor useless to anybody else. Every process derives the same key, so a
 cursor from one service process is good at any other.
+
+With reads on a streaming replica (docs/scaling.md), a cursor also carries
+the WAL position of the database its changes were read from, and a response
+to a write carries the write's in a `TurnLedger-Position` header: a later read
+with either, in any process, is served only from a database that has replayed
+that far. A WAL position reveals how much the whole cluster has written, so it
+is sealed the same way.
 """
 
 from __future__ import annotations
@@ -21,6 +28,9 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from turnledger.domain.errors import InvalidInputError
 
 _VERSION = "c1"
+# A cursor that also names a WAL position (written only when one is known).
+_VERSION_AT = "c2"
+_POSITION_VERSION = "w1"
 _NONCE_BYTES = 12
 _MAX_CURSOR_CHARS = 200
 
@@ -35,33 +45,77 @@ class CursorCodec:
         ).derive(master_key)
         self._aead = AESGCM(key)
 
-    def encode(self, user_id: str, position: int) -> str:
-        nonce = os.urandom(_NONCE_BYTES)
-        sealed = self._aead.encrypt(
-            nonce, position.to_bytes(8, "big"), _context(user_id)
-        )
-        token = base64.urlsafe_b64encode(nonce + sealed).decode("ascii").rstrip("=")
-        return f"{_VERSION}.{token}"
+    def encode(self, user_id: str, position: int, wal: int = 0) -> str:
+        """A cursor for log `position`, read at WAL position `wal` (0: unknown)."""
+        if wal:
+            payload = position.to_bytes(8, "big") + wal.to_bytes(8, "big")
+            return self._seal(_VERSION_AT, _context(user_id), payload)
+        return self._seal(_VERSION, _context(user_id), position.to_bytes(8, "big"))
 
     def decode(self, user_id: str, cursor: str) -> int:
         """The position inside `cursor`; InvalidInputError if it is not one of ours."""
+        return self.decode_at(user_id, cursor)[0]
+
+    def decode_at(self, user_id: str, cursor: str) -> tuple[int, int]:
+        """The log position and WAL position (0 if none) inside `cursor`."""
         invalid = InvalidInputError(
             "since",
             "not a cursor this service issued to your user; "
             "omit 'since' to sync from the beginning",
         )
-        if len(cursor) > _MAX_CURSOR_CHARS or not cursor.startswith(_VERSION + "."):
+        for version, size in ((_VERSION, 8), (_VERSION_AT, 16)):
+            if cursor.startswith(version + "."):
+                payload = self._open(version, _context(user_id), cursor, invalid)
+                if len(payload) != size:
+                    raise invalid
+                wal = int.from_bytes(payload[8:], "big") if size == 16 else 0
+                return int.from_bytes(payload[:8], "big"), wal
+        raise invalid
+
+    def encode_wal(self, user_id: str, wal: int) -> str:
+        """A `TurnLedger-Position` token for WAL position `wal`."""
+        return self._seal(
+            _POSITION_VERSION, _position_context(user_id), wal.to_bytes(8, "big")
+        )
+
+    def decode_wal(self, user_id: str, token: str) -> int:
+        """The WAL position inside a `TurnLedger-Position` token."""
+        invalid = InvalidInputError(
+            "TurnLedger-Position",
+            "not a position this service issued to your user; "
+            "send the header of a previous response, or none",
+        )
+        if not token.startswith(_POSITION_VERSION + "."):
             raise invalid
-        body = cursor[len(_VERSION) + 1 :]
+        payload = self._open(
+            _POSITION_VERSION, _position_context(user_id), token, invalid
+        )
+        if len(payload) != 8:
+            raise invalid
+        return int.from_bytes(payload, "big")
+
+    def _seal(self, version: str, context: bytes, payload: bytes) -> str:
+        nonce = os.urandom(_NONCE_BYTES)
+        sealed = self._aead.encrypt(nonce, payload, context)
+        token = base64.urlsafe_b64encode(nonce + sealed).decode("ascii").rstrip("=")
+        return f"{version}.{token}"
+
+    def _open(
+        self, version: str, context: bytes, token: str, invalid: InvalidInputError
+    ) -> bytes:
+        if len(token) > _MAX_CURSOR_CHARS:
+            raise invalid
+        body = token[len(version) + 1 :]
         try:
             raw = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
-            position = self._aead.decrypt(
-                raw[:_NONCE_BYTES], raw[_NONCE_BYTES:], _context(user_id)
-            )
+            return self._aead.decrypt(raw[:_NONCE_BYTES], raw[_NONCE_BYTES:], context)
         except (binascii.Error, ValueError, InvalidTag):
             raise invalid from None
-        return int.from_bytes(position, "big")
 
 
 def _context(user_id: str) -> bytes:
     return b"turnledger/cursor/v1|" + user_id.encode("utf-8")
+
+
+def _position_context(user_id: str) -> bytes:
+    return b"turnledger/wal-position/v1|" + user_id.encode("utf-8")

@@ -19,7 +19,13 @@ from fastapi.responses import StreamingResponse
 from turnledger.domain.export import export_records
 from turnledger.infra.devices import Device
 from turnledger.infra.http.errors import ERROR_RESPONSES
-from turnledger.infra.http.service import Service, current_device, get_service
+from turnledger.infra.http.service import (
+    POSITION_HEADER,
+    ClientPosition,
+    Service,
+    current_device,
+    get_service,
+)
 
 router = APIRouter(prefix="/v1", tags=["export"], responses=ERROR_RESPONSES)
 
@@ -34,10 +40,15 @@ MEDIA_TYPE = "application/x-ndjson"
 def export(
     device: Annotated[Device, Depends(current_device)],
     service: Annotated[Service, Depends(get_service)],
+    position: ClientPosition = None,
 ) -> StreamingResponse:
     """Every conversation of the caller's user, one JSON record per line."""
-    records = export_records(
-        service.ledger, device.user_id, exported_at=datetime.now(UTC)
+    # The records are read as they are streamed, from the database chosen now.
+    records, at = service.reads.read(
+        service.required_position(device, position),
+        lambda source: export_records(
+            source.ledger, device.user_id, exported_at=datetime.now(UTC)
+        ),
     )
 
     def lines() -> Iterator[bytes]:
@@ -49,5 +60,10 @@ def export(
         media_type=MEDIA_TYPE,
         headers={
             "Content-Disposition": 'attachment; filename="turnledger-export.jsonl"'
-        },
+        }
+        | (
+            {POSITION_HEADER: service.cursors.encode_wal(device.user_id, at)}
+            if at
+            else {}
+        ),
     )

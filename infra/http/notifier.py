@@ -183,11 +183,13 @@ class LogFollower:
             page = self._ledger.recorder.select_notifications(
                 start=self._position + 1, limit=_LOG_PAGE
             )
-            for notification in page:
-                owner = self._feed.owner_of(_as_uuid(notification.originator_id))
-                if owner is not None:
-                    owners.add(owner)
-                self._position = notification.id
+            if page:
+                # One read of the owners for the whole page.
+                rows = self._ledger.read_side.conversations(
+                    {_as_uuid(n.originator_id) for n in page}
+                )
+                owners.update(row.owner_id for row in rows.values())
+                self._position = page[-1].id
             if len(page) < _LOG_PAGE:
                 return owners
 
@@ -226,8 +228,14 @@ class PostgresListener(_Watcher):
         *,
         events_channel: str,
         devices_channel: str | None,
+        on_commits: Callable[[psycopg.Connection[tuple[object, ...]]], None]
+        | None = None,
     ) -> None:
+        """`on_commits` is called on the listening connection after commits
+        were notified, before their users are woken (reads on a replica
+        learn the position those commits must be replayed to)."""
         super().__init__(signals)
+        self._on_commits = on_commits
         self._follower = follower
         self._conninfo = conninfo
         self._events_channel = events_channel
@@ -266,6 +274,8 @@ class PostgresListener(_Watcher):
         notifies += connection.notifies(timeout=0.0)
         users = {n.payload for n in notifies if n.channel == self._devices_channel}
         if any(n.channel == self._events_channel for n in notifies):
+            if self._on_commits is not None:
+                self._on_commits(connection)
             users |= self._follower.changed_owners()
         self._signals.fire(users)
 

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
 from typing import Annotated
-from uuid import UUID
 
-from fastapi import Depends, Request
+from fastapi import Depends, Header, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from turnledger.domain.application import Conversations
@@ -15,25 +13,22 @@ from turnledger.domain.feed import ConversationFeed
 from turnledger.infra.devices import Device, DeviceRegistry
 from turnledger.infra.http.cursor import CursorCodec
 from turnledger.infra.http.notifier import UserSignals
+from turnledger.infra.http.reads import ReadRouter
 from turnledger.infra.settings import Settings
 from turnledger.infra.tokenizers import token_counter
 from turnledger.projections.tokens import TokenCounter
 
+POSITION_HEADER = "TurnLedger-Position"
 
-class ConversationLocks:
-    """Serialises this process's writes to one conversation.
-
-    The ledger already survives racing writers by reloading and retrying, but
-    with many devices writing to one conversation most attempts would lose the
-    race; queueing them here turns that into one attempt each. Writers in other
-    processes still race and are still retried by the ledger.
-    """
-
-    def __init__(self, stripes: int = 256) -> None:
-        self._locks = [threading.Lock() for _ in range(stripes)]
-
-    def __call__(self, conversation_id: UUID) -> threading.Lock:
-        return self._locks[conversation_id.int % len(self._locks)]
+ClientPosition = Annotated[
+    str | None,
+    Header(
+        alias=POSITION_HEADER,
+        max_length=200,
+        description="the TurnLedger-Position of a previous response: with reads "
+        "on a replica, this read sees at least what that response saw or wrote",
+    ),
+]
 
 
 @dataclass
@@ -42,18 +37,37 @@ class Service:
     ledger: Conversations
     registry: DeviceRegistry
     cursors: CursorCodec
+    replica: Conversations | None = None
     feed: ConversationFeed = field(init=False)
+    reads: ReadRouter = field(init=False)
     signals: UserSignals = field(init=False)
-    locks: ConversationLocks = field(default_factory=ConversationLocks)
 
     _counters: dict[str, TokenCounter] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.feed = ConversationFeed(self.ledger)
+        self.reads = ReadRouter(
+            self.ledger,
+            self.feed,
+            self.replica,
+            max_wait_seconds=self.settings.postgres_replica_max_wait_seconds,
+            strict=self.settings.postgres_replica_reads == "strict",
+        )
         self.signals = UserSignals(
             per_device=self.settings.http_max_long_polls_per_device,
             per_user=self.settings.http_max_long_polls_per_user,
         )
+
+    def required_position(self, device: Device, token: str | None) -> int:
+        """The WAL position a read must see, from the client's header."""
+        return 0 if token is None else self.cursors.decode_wal(device.user_id, token)
+
+    def hand_back(self, response: Response, device: Device, position: int) -> None:
+        """Tell the client the position to send with its next reads."""
+        if position:
+            response.headers[POSITION_HEADER] = self.cursors.encode_wal(
+                device.user_id, position
+            )
 
     def token_counter(self, name: str) -> TokenCounter:
         """The named counter, loaded once (tiktoken encodings take a while)."""
@@ -63,7 +77,9 @@ class Service:
         return counter
 
 
-def get_service(request: Request) -> Service:
+async def get_service(request: Request) -> Service:
+    # `async`: FastAPI runs a plain `def` dependency in its thread pool, and a
+    # hop to a worker thread costs more than this attribute read.
     service: Service = request.app.state.service
     return service
 
@@ -74,11 +90,17 @@ _bearer = HTTPBearer(
 )
 
 
+async def bearer_token(
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> str | None:
+    """The token as sent, unchecked: for routes that authenticate in the same
+    worker-thread call as their work (one thread hop per request, not two)."""
+    return credentials.credentials if credentials else None
+
+
 def current_device(
     service: Annotated[Service, Depends(get_service)],
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+    token: Annotated[str | None, Depends(bearer_token)],
 ) -> Device:
     """The calling device; 401 for a missing, unknown or revoked token."""
-    return service.registry.authenticate(
-        credentials.credentials if credentials else None
-    )
+    return service.registry.authenticate(token)

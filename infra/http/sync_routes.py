@@ -16,7 +16,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query
 from starlette.concurrency import run_in_threadpool
 
-from turnledger.domain.errors import UnauthenticatedError
+from turnledger.domain.errors import InvalidInputError, UnauthenticatedError
 from turnledger.domain.feed import (
     Change,
     ChangeBatch,
@@ -27,6 +27,7 @@ from turnledger.domain.feed import (
 )
 from turnledger.infra.devices import Device
 from turnledger.infra.http.errors import ERROR_RESPONSES
+from turnledger.infra.http.reads import Source
 from turnledger.infra.http.schemas import (
     SYNC_LIMIT_MAX,
     ConversationStartedOut,
@@ -36,7 +37,12 @@ from turnledger.infra.http.schemas import (
     TurnRecordedOut,
     parts_out,
 )
-from turnledger.infra.http.service import Service, current_device, get_service
+from turnledger.infra.http.service import (
+    ClientPosition,
+    Service,
+    current_device,
+    get_service,
+)
 
 router = APIRouter(prefix="/v1", tags=["sync"], responses=ERROR_RESPONSES)
 
@@ -66,27 +72,50 @@ async def sync(
         ),
     ] = 0.0,
     limit: Annotated[int, Query(ge=1, le=SYNC_LIMIT_MAX)] = 100,
+    wal_position: ClientPosition = None,
 ) -> SyncOut:
     user_id = device.user_id
-    position = service.cursors.decode(user_id, since) if since is not None else 0
+    position, wal = (0, 0)
+    if since is not None:
+        position, wal = service.cursors.decode_at(user_id, since)
+    wal = max(wal, service.required_position(device, wal_position))
     wait = min(timeout, service.settings.sync_max_wait_seconds)
     if wait > 0 and not service.signals.closing:
         with service.signals.waiting(user_id, device.device_id):
-            batch = await _read_or_wait(service, device, position, wait, limit)
+            batch, at = await _read_or_wait(service, device, position, wal, wait, limit)
     else:
-        batch = await run_in_threadpool(
-            service.feed.changes_since, user_id, position, limit=limit
+        batch, at = await run_in_threadpool(
+            _pull, service, user_id, position, wal, limit
         )
     return SyncOut(
         changes=[_change_out(change) for change in batch.changes],
-        next_cursor=service.cursors.encode(user_id, batch.position),
+        next_cursor=service.cursors.encode(user_id, batch.position, at),
         has_more=not batch.caught_up,
     )
 
 
+def _pull(
+    service: Service, user_id: str, position: int, wal: int, limit: int
+) -> tuple[ChangeBatch, int]:
+    """The user's changes after `position`, from a database that has replayed
+    `wal` and every commit this process knows of (docs/scaling.md)."""
+
+    def changes(source: Source) -> ChangeBatch:
+        try:
+            return source.feed.changes_since(user_id, position, limit=limit)
+        except InvalidInputError:
+            # A cursor past the replica's log (one it could only have got from
+            # a database further ahead): the primary has every position.
+            if not source.on_replica:
+                raise
+            return service.feed.changes_since(user_id, position, limit=limit)
+
+    return service.reads.read(wal, changes)
+
+
 async def _read_or_wait(
-    service: Service, device: Device, position: int, wait: float, limit: int
-) -> ChangeBatch:
+    service: Service, device: Device, position: int, wal: int, wait: float, limit: int
+) -> tuple[ChangeBatch, int]:
     """The next batch of the user's changes, waiting up to `wait` s for one.
 
     Wakes only for this user's changes, for a revocation of one of the user's
@@ -101,8 +130,10 @@ async def _read_or_wait(
         # Take the wake-up event before reading, so a commit landing between
         # the read and the wait is not missed.
         woken = service.signals.current(device.user_id)
-        batch = await run_in_threadpool(
-            service.feed.changes_since, device.user_id, position, limit=limit
+        # A wake-up comes after the commit's position is known to this
+        # process, so a read on a replica waits until it has replayed it.
+        batch, at = await run_in_threadpool(
+            _pull, service, device.user_id, position, wal, limit
         )
         if waited and await run_in_threadpool(
             service.registry.is_revoked, device.device_id
@@ -110,12 +141,12 @@ async def _read_or_wait(
             raise UnauthenticatedError("this device token has been revoked")
         remaining = deadline - loop.time()
         if batch.changes or not batch.caught_up or remaining <= 0:
-            return batch
+            return batch, at
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(woken.wait(), remaining)
         waited = True
         if service.signals.closing:
-            return batch
+            return batch, at
 
 
 def _change_out(

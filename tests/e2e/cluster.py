@@ -14,9 +14,9 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
@@ -35,6 +35,8 @@ def _as_postgres(argv: list[str]) -> list[str]:
 class PrivateCluster:
     directory: Path
     port: int
+    # Server settings passed on its command line (`-c name=value`).
+    options: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def data(self) -> Path:
@@ -63,7 +65,8 @@ class PrivateCluster:
             "-l",
             str(self.directory / "postgres.log"),
             "-o",
-            f"-p {self.port} -k {self.directory} -c listen_addresses=127.0.0.1",
+            f"-p {self.port} -k {self.directory} -c listen_addresses=127.0.0.1"
+            + "".join(f" -c {name}={value}" for name, value in self.options.items()),
             "start",
         )
         deadline = time.monotonic() + 30
@@ -83,32 +86,39 @@ class PrivateCluster:
         return (self.data / "postmaster.pid").exists()
 
 
-def _free_port() -> int:
+def _free_port(ports: range = PORTS) -> int:
     import socket
 
-    for port in PORTS:
+    for port in ports:
         with socket.socket() as probe:
             try:
                 probe.bind(("127.0.0.1", port))
             except OSError:
                 continue
             return port
-    raise RuntimeError(f"no free port in {PORTS.start}-{PORTS.stop - 1}")
+    raise RuntimeError(f"no free port in {ports.start}-{ports.stop - 1}")
+
+
+def _private_directory() -> Path:
+    directory = Path(tempfile.mkdtemp(prefix="turnledger-pg-"))
+    if os.geteuid() == 0:
+        owner = pwd.getpwnam("postgres")
+        os.chown(directory, owner.pw_uid, owner.pw_gid)
+    return directory
 
 
 @contextmanager
-def private_cluster() -> Iterator[PrivateCluster]:
+def private_cluster(
+    ports: range = PORTS, options: Mapping[str, str] | None = None
+) -> Iterator[PrivateCluster]:
     """An initialised, running cluster; stopped and deleted afterwards.
 
     It lives in a directory of its own under the system temp dir, not under
     pytest's (which pytest keeps private to its user, out of the postgres
     user's reach).
     """
-    directory = Path(tempfile.mkdtemp(prefix="turnledger-pg-"))
-    if os.geteuid() == 0:
-        owner = pwd.getpwnam("postgres")
-        os.chown(directory, owner.pw_uid, owner.pw_gid)
-    cluster = PrivateCluster(directory, _free_port())
+    directory = _private_directory()
+    cluster = PrivateCluster(directory, _free_port(ports), dict(options or {}))
     try:
         subprocess.run(
             _as_postgres(
@@ -132,4 +142,49 @@ def private_cluster() -> Iterator[PrivateCluster]:
     finally:
         if cluster.running():
             cluster.stop("immediate")
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+@contextmanager
+def streaming_replica(
+    primary: PrivateCluster,
+    ports: range,
+    options: Mapping[str, str] | None = None,
+) -> Iterator[PrivateCluster]:
+    """A hot standby of `primary`: `pg_basebackup -R` over loopback, started on
+    a port of its own, streaming from the primary; stopped and deleted after."""
+    directory = _private_directory()
+    replica = PrivateCluster(directory, _free_port(ports), dict(options or {}))
+    try:
+        subprocess.run(
+            _as_postgres(
+                [
+                    str(BIN / "pg_basebackup"),
+                    "-h",
+                    "127.0.0.1",
+                    "-p",
+                    str(primary.port),
+                    "-U",
+                    "postgres",
+                    "-D",
+                    str(replica.data),
+                    "-R",  # standby.signal + primary_conninfo
+                    "-X",
+                    "stream",
+                    "--checkpoint=fast",
+                    "--no-sync",
+                ]
+            ),
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+        replica.start()
+        with psycopg.connect(replica.conninfo) as connection:
+            row = connection.execute("SELECT pg_is_in_recovery()").fetchone()
+        assert row is not None and row[0], "the copy is not a standby"
+        yield replica
+    finally:
+        if replica.running():
+            replica.stop("immediate")
         shutil.rmtree(directory, ignore_errors=True)

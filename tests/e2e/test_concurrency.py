@@ -5,12 +5,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from uuid import UUID
 
 import httpx
+import psycopg
 import pytest
+from psycopg import sql
 
 from tests.e2e.conftest import Server, client
 from tests.e2e.replica import pull
+from turnledger.infra.settings import Settings
 
 pytestmark = pytest.mark.postgres
 
@@ -106,3 +110,45 @@ def test_eight_devices_racing_with_retries_lose_nothing_and_duplicate_nothing(
         pages.extend(item["turn_id"] for item in page["items"])
         offset = page["next_offset"]
     assert pages == turn_ids
+
+
+def test_concurrent_writes_to_one_conversation_share_transactions(
+    launch: Callable[[], Server],
+    add_device: Callable[[str, str], str],
+    service_settings: Settings,
+) -> None:
+    """Eight devices writing into one conversation through one process: their
+    turns are committed together (events of one transaction share its xmin),
+    because the service queues them in the ledger's group commit and takes
+    no lock of its own that would let only one through at a time."""
+    server = launch()
+    devices = [client(server, add_device("bob", f"device-{n}")) for n in range(8)]
+    conversation = devices[0].post("/v1/conversations").json()["conversation_id"]
+    turns = 25
+
+    def push(index: int) -> None:
+        for n in range(turns):
+            devices[index].put(
+                f"/v1/conversations/{conversation}/turns/d{index}-{n}",
+                json={"question": f"q{n}", "answer": f"a{n}"},
+            ).raise_for_status()
+
+    with ThreadPoolExecutor(max_workers=len(devices)) as pool:
+        list(pool.map(push, range(len(devices))))
+    with psycopg.connect(service_settings.postgres_conninfo()) as connection:
+        row = connection.execute(
+            sql.SQL(
+                "SELECT count(*), count(DISTINCT xmin::text) FROM {} "
+                "WHERE originator_id = %s AND originator_version > 1"
+            ).format(
+                sql.Identifier(service_settings.postgres_schema, "conversations_events")
+            ),
+            (UUID(conversation),),
+        ).fetchone()
+    assert row is not None
+    events, transactions = row
+    assert events == len(devices) * turns
+    # One transaction per turn would be 200; shared, they are far fewer.
+    assert transactions <= events * 0.75, (events, transactions)
+    for http in devices:
+        http.close()

@@ -47,3 +47,49 @@ def test_anything_else_is_an_invalid_input_error_never_a_crash(garbage: str) -> 
         codec.decode("alice", garbage)
     with pytest.raises(InvalidInputError):
         codec.decode("alice", "c1." + garbage)
+
+
+@settings(max_examples=50)
+@given(
+    position=st.integers(min_value=0, max_value=2**63 - 1),
+    wal=st.integers(min_value=1, max_value=2**64 - 1),
+)
+def test_a_cursor_read_at_a_wal_position_gives_back_both(
+    position: int, wal: int
+) -> None:
+    cursor = codec.encode("alice", position, wal)
+    assert codec.decode_at("alice", cursor) == (position, wal)
+    assert codec.decode("alice", cursor) == position
+    with pytest.raises(InvalidInputError):
+        codec.decode_at("bob", cursor)
+
+
+def test_a_cursor_without_a_wal_position_is_the_first_version() -> None:
+    cursor = codec.encode("alice", 42)
+    assert cursor.startswith("c1.")
+    assert codec.decode_at("alice", cursor) == (42, 0)
+
+
+@settings(max_examples=50)
+@given(wal=st.integers(min_value=0, max_value=2**64 - 1))
+def test_a_position_token_is_bound_to_its_user(wal: int) -> None:
+    token = codec.encode_wal("alice", wal)
+    assert codec.decode_wal("alice", token) == wal
+    with pytest.raises(InvalidInputError, match="TurnLedger-Position"):
+        codec.decode_wal("bob", token)
+    # A cursor is not a position token, nor the other way round.
+    with pytest.raises(InvalidInputError):
+        codec.decode_wal("alice", codec.encode("alice", wal % 2**63))
+    with pytest.raises(InvalidInputError):
+        codec.decode("alice", token)
+
+
+@settings(max_examples=100)
+@given(garbage=st.text(max_size=300))
+def test_a_garbage_position_token_is_an_invalid_input_error(garbage: str) -> None:
+    with pytest.raises(InvalidInputError):
+        codec.decode_wal("alice", garbage)
+    with pytest.raises(InvalidInputError):
+        codec.decode_wal("alice", "w1." + garbage)
+    with pytest.raises(InvalidInputError):
+        codec.decode("alice", "c2." + garbage)

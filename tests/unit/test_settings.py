@@ -56,3 +56,40 @@ def test_postgres_without_a_master_key_is_refused_with_the_reason() -> None:
 def test_invalid_settings_are_refused(overrides: dict[str, object]) -> None:
     with pytest.raises(ValidationError):
         Settings(_env_file=None, **overrides)  # type: ignore[arg-type]
+
+
+def test_a_replica_is_configured_like_the_primary_and_reads_its_schema() -> None:
+    settings = Settings(
+        _env_file=None,
+        persistence="postgres",
+        master_key=new_master_key(),
+        postgres_schema="ledger",
+        postgres_replica_host="10.0.0.2",
+        postgres_replica_port=5433,
+        postgres_replica_user="reader",
+        postgres_replica_password="s3cret",
+        postgres_replica_pool_size=7,
+    )
+    replica = settings.replica_settings()
+    assert replica is not None
+    assert (replica.postgres_host, replica.postgres_port) == ("10.0.0.2", 5433)
+    assert replica.postgres_user == "reader"
+    assert replica.postgres_password.get_secret_value() == "s3cret"
+    assert replica.postgres_pool_size == 7
+    assert replica.postgres_schema == "ledger"
+    assert replica.master_key == settings.master_key
+    assert replica.replica_settings() is None  # a replica of the replica: none
+    assert Settings(_env_file=None).replica_settings() is None
+
+
+def test_a_replica_needs_postgres() -> None:
+    with pytest.raises(ValidationError, match="replica"):
+        Settings(_env_file=None, persistence="sqlite", postgres_replica_host="db2")
+    with pytest.raises(ValidationError):
+        Settings(
+            _env_file=None,
+            persistence="postgres",
+            master_key=new_master_key(),
+            postgres_replica_host="db2",
+            postgres_replica_reads="eventual",
+        )
