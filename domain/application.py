@@ -35,7 +35,6 @@ from turnledger.domain.chain import (
 from turnledger.domain.conversation import (
     Conversation,
     TurnFacts,
-    TurnSizes,
     TurnStatus,
     fold_key_id,
 )
@@ -47,6 +46,7 @@ from turnledger.domain.errors import (
     WindowMismatchError,
 )
 from turnledger.domain.group_commit import GroupCommitter
+from turnledger.domain.parts import TurnParts, encode_parts
 from turnledger.domain.ports import TextVault
 from turnledger.domain.purge import PurgeReport, PurgeRunner
 from turnledger.domain.receipt import receipt_key_ids
@@ -68,6 +68,7 @@ from turnledger.domain.text import (
     check_turn_size,
 )
 from turnledger.domain.transcodings import register_legacy_transcodings
+from turnledger.domain.turn_texts import turn_sizes
 from turnledger.projections.ledger_rows import (
     ConversationRow,
     RowChanges,
@@ -273,26 +274,32 @@ class Conversations(Application[UUID]):
         conversation_id: UUID,
         *,
         turn_id: str,
-        question: str,
-        answer: str,
+        question: str | None = None,
+        answer: str | None = None,
+        parts: TurnParts | None = None,
         expected_version: int | None = None,
         window: ProjectedWindow | None = None,
     ) -> TurnReceipt:
         """Record a completed exchange. Retrying with the same content is a no-op.
 
-        `window` is the projected window this answer replied to: its receipt is
-        kept with the turn so an audit can prove what was sent.
+        Give `question` and `answer` (a text-only turn), or `parts`: the
+        question with its attachments, the assistant's steps (text, tool
+        calls and their results, refusals) and the final answer
+        (domain/parts.py). Every tool call of a confirmed turn has its result.
+        `window` is the projected window this answer replied to: its receipt
+        is kept with the turn so an audit can prove what was sent.
         """
+        turn = _turn_parts(question, answer, parts, answer_field="answer")
+        turn.check_complete()
         if window is not None:
-            _check_window(conversation_id, question, window)
+            _check_window(conversation_id, turn.question, window)
         receipt: TurnReceipt = self._submit(
             self._turn_write(
                 owner_id,
                 conversation_id,
                 turn_id=turn_id,
                 status=TurnStatus.CONFIRMED,
-                question=question,
-                answer=answer,
+                turn=turn,
                 expected_version=expected_version,
                 window=window,
             )
@@ -303,27 +310,42 @@ class Conversations(Application[UUID]):
         self,
         owner_id: str,
         conversation_id: UUID,
-        turns: Sequence[tuple[str, str, str]],
+        turns: Sequence[tuple[str, str, str] | tuple[str, TurnParts]],
     ) -> list[TurnReceipt]:
-        """Record many completed exchanges (turn id, question, answer) in order.
+        """Record many completed exchanges in order: (turn id, question, answer)
+        or (turn id, TurnParts) each.
 
         For importing a history: the turns are saved in shared transactions
         (up to 64 a transaction), each checked like `confirm_turn` and recorded
         or refused on its own; once all were tried, the first refusal is raised.
         Input that is malformed is refused before anything is written.
         """
-        writes = [
-            self._turn_write(
-                owner_id,
-                conversation_id,
-                turn_id=turn_id,
-                status=TurnStatus.CONFIRMED,
-                question=question,
-                answer=answer,
-                expected_version=None,
+        writes = []
+        for index, item in enumerate(turns):
+            if (
+                isinstance(item, str)
+                or not isinstance(item, Sequence)
+                or len(item) not in (2, 3)
+            ):
+                raise InvalidInputError(
+                    f"turns[{index}]",
+                    "expected (turn_id, question, answer) or (turn_id, TurnParts)",
+                )
+            if len(item) == 3:
+                turn = _turn_parts(item[1], item[2], None, answer_field="answer")
+            else:
+                turn = _turn_parts(None, None, item[1], answer_field="answer")
+            turn.check_complete()
+            writes.append(
+                self._turn_write(
+                    owner_id,
+                    conversation_id,
+                    turn_id=item[0],
+                    status=TurnStatus.CONFIRMED,
+                    turn=turn,
+                    expected_version=None,
+                )
             )
-            for turn_id, question, answer in turns
-        ]
         return [request.outcome() for request in self._committer.submit_many(writes)]
 
     def record_abandoned_turn(
@@ -332,12 +354,17 @@ class Conversations(Application[UUID]):
         conversation_id: UUID,
         *,
         turn_id: str,
-        question: str,
         outcome: TurnStatus | str,
-        partial_answer: str = "",
+        question: str | None = None,
+        partial_answer: str | None = None,
+        parts: TurnParts | None = None,
         expected_version: int | None = None,
     ) -> TurnReceipt:
-        """Record an exchange whose reply failed or was stopped: never sent."""
+        """Record an exchange whose reply failed or was stopped: never sent.
+
+        Give `question` (and any `partial_answer`), or `parts`, which may end
+        mid-tool: calls without results, an empty answer.
+        """
         try:
             status = TurnStatus(outcome)
         except ValueError:
@@ -345,14 +372,19 @@ class Conversations(Application[UUID]):
         if status not in (TurnStatus.FAILED, TurnStatus.STOPPED):
             raise InvalidInputError("outcome", "must be 'failed' or 'stopped'")
         assert status is not None
+        turn = _turn_parts(
+            question,
+            "" if partial_answer is None and parts is None else partial_answer,
+            parts,
+            answer_field="partial_answer",
+        )
         receipt: TurnReceipt = self._submit(
             self._turn_write(
                 owner_id,
                 conversation_id,
                 turn_id=turn_id,
                 status=status,
-                question=question,
-                answer=partial_answer,
+                turn=turn,
                 expected_version=expected_version,
             )
         )
@@ -582,28 +614,20 @@ class Conversations(Application[UUID]):
         *,
         turn_id: str,
         status: TurnStatus,
-        question: str,
-        answer: str,
+        turn: TurnParts,
         expected_version: int | None,
         window: ProjectedWindow | None = None,
     ) -> Write:
         check_identifier("owner_id", owner_id)
         _check_conversation_id(conversation_id)
         check_identifier("turn_id", turn_id)
-        check_text("question", question)
-        check_text("answer", answer, allow_empty=status is not TurnStatus.CONFIRMED)
-        check_turn_size(question, answer, limit=self.max_turn_bytes)
+        check_turn_size(
+            *turn.texts(), limit=self.max_turn_bytes, extra=turn.inline_bytes()
+        )
         check_expected_version(expected_version)
-        question_metrics, answer_metrics = (
-            TextMetrics.of(question),
-            TextMetrics.of(answer),
-        )
-        sizes = TurnSizes(
-            question_json_bytes=question_metrics.json_bytes,
-            answer_json_bytes=answer_metrics.json_bytes,
-            question_chars=question_metrics.chars,
-            answer_chars=answer_metrics.chars,
-        )
+        question, answer = turn.question, turn.answer
+        parts_text = None if turn.text_only else encode_parts(turn)
+        sizes = turn_sizes(turn)
 
         def run(conversation: Conversation, batch: Batch) -> TurnReceipt:
             existing = batch.turn(conversation.id, turn_id)
@@ -613,8 +637,7 @@ class Conversations(Application[UUID]):
                     existing,
                     batch,
                     status=status,
-                    question=question,
-                    answer=answer,
+                    turn=turn,
                 )
             conversation.check_version(expected_version)
             if window is not None and window.ledger_version > conversation.version:
@@ -640,6 +663,9 @@ class Conversations(Application[UUID]):
                     sealed_system=None
                     if window is None
                     else seal("system", window.system),
+                    sealed_parts=None
+                    if parts_text is None
+                    else seal("parts", parts_text),
                 )
             else:
                 conversation.abandon_turn(
@@ -647,13 +673,16 @@ class Conversations(Application[UUID]):
                     outcome=status,
                     sealed_question=seal("question", question),
                     sealed_answer=seal("answer", answer),
+                    sealed_parts=None
+                    if parts_text is None
+                    else seal("parts", parts_text),
                     existing=None,
                 )
             recorded = conversation.pending_events[-1]
             if new_key is not None:
                 batch.keys.append(new_key)
             batch.sizes.setdefault(conversation.id, {})[turn_id] = sizes
-            batch.texts[(conversation.id, turn_id)] = (status, question, answer)
+            batch.texts[(conversation.id, turn_id)] = (status, turn)
             row = TurnRow(
                 conversation_id=conversation.id,
                 position=conversation.turn_count - 1,
@@ -702,8 +731,7 @@ class Conversations(Application[UUID]):
         batch: Batch,
         *,
         status: TurnStatus,
-        question: str,
-        answer: str,
+        turn: TurnParts,
     ) -> TurnReceipt:
         """A retry of a recorded turn: same content returns the original receipt."""
         if existing.deleted:
@@ -717,12 +745,12 @@ class Conversations(Application[UUID]):
             )
         pending = batch.texts.get((conversation_id, existing.turn_id))
         if pending is not None:
-            stored: tuple[str, str] | None = (pending[1], pending[2])
+            stored: TurnParts | None = pending[1]
         else:
             stored = self.queries.read_texts(conversation_id, [existing]).get(
                 existing.turn_id
             )
-        if stored != (question, answer):
+        if stored != turn:
             raise TurnConflictError(
                 conversation_id,
                 existing.turn_id,
@@ -738,6 +766,29 @@ class Conversations(Application[UUID]):
 
     def _submit(self, write: Write) -> Any:
         return self._committer.submit(write)
+
+
+def _turn_parts(
+    question: Any, answer: Any, parts: Any, *, answer_field: str
+) -> TurnParts:
+    """The turn from either its two texts or its parts (never both)."""
+    if parts is None:
+        if question is None:
+            raise InvalidInputError("question", "give question (and answer) or parts")
+        check_text("question", question)
+        if answer is None:
+            raise InvalidInputError(
+                answer_field, "expected a string, got NoneType (or give parts)"
+            )
+        check_text(answer_field, answer, allow_empty=True)
+        return TurnParts(question=question, answer=answer)
+    if not isinstance(parts, TurnParts):
+        raise InvalidInputError("parts", "expected TurnParts")
+    if question is not None or answer is not None:
+        raise InvalidInputError(
+            "parts", f"give either parts or question and {answer_field}, not both"
+        )
+    return parts
 
 
 def _check_conversation_id(conversation_id: Any) -> None:

@@ -62,6 +62,7 @@ from turnledger.domain.findings import (
     check_chain,
     vanished_finding,
 )
+from turnledger.domain.parts import TurnParts, decode_parts
 from turnledger.domain.receipt import (
     WindowReceipt,
     parse_receipt_policy,
@@ -690,6 +691,9 @@ class Auditor:
             if isinstance(sealed_question, bytes) and isinstance(sealed_answer, bytes):
                 items.append((event.turn_id, "question", sealed_question))
                 items.append((event.turn_id, "answer", sealed_answer))
+                sealed_parts = getattr(event, "sealed_parts", None)
+                if isinstance(sealed_parts, bytes):
+                    items.append((event.turn_id, "parts", sealed_parts))
         for item in receipts:
             assert item.sealed_system is not None
             items.append((item.turn_id, "system", item.sealed_system))
@@ -727,13 +731,7 @@ class Auditor:
         question, system = texts[question_key], texts[system_key]
         if question is None or system is None:
             return finding(TEXT_MISSING, "its key is gone but it was never deleted")
-        turn_texts = {
-            turn_id: (text, answer)
-            for (turn_id, field_name), text in texts.items()
-            if field_name == "question"
-            and text is not None
-            and (answer := texts.get((turn_id, "answer"))) is not None
-        }
+        turn_texts = _turns_of(texts)
         try:
             model, policy, counter = self._policy_of(receipt)
             window = queries.window_at(
@@ -806,3 +804,19 @@ def _head_at(view: LedgerView, head: ConversationRow, version: int) -> Conversat
     return dataclasses.replace(
         head, version=version, turn_count=recorded, eligible_count=len(eligible)
     )
+
+
+def _turns_of(texts: dict[tuple[str, str], str | None]) -> dict[str, TurnParts]:
+    """The turns whose question, answer (and parts, if any) were opened."""
+    turns: dict[str, TurnParts] = {}
+    for (turn_id, field_name), question in texts.items():
+        if field_name != "question" or question is None:
+            continue
+        answer = texts.get((turn_id, "answer"))
+        parts_text = texts.get((turn_id, "parts"))
+        if answer is None or ((turn_id, "parts") in texts and parts_text is None):
+            continue
+        turns[turn_id] = decode_parts(
+            question=question, answer=answer, parts_text=parts_text
+        )
+    return turns

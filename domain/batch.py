@@ -29,6 +29,7 @@ from turnledger.domain.errors import (
     VersionConflictError,
 )
 from turnledger.domain.group_commit import Pending
+from turnledger.domain.parts import TurnParts
 from turnledger.domain.ports import NewKey
 from turnledger.projections.ledger_rows import ConversationRow, SummarySize, TurnRow
 from turnledger.projections.read_side import ReadSide
@@ -64,7 +65,7 @@ class Batch:
     heads: dict[UUID, ConversationRow]
     turns: dict[UUID, dict[str, TurnRow]] = field(default_factory=dict)
     sizes: dict[UUID, dict[str, TurnSizes | SummarySize]] = field(default_factory=dict)
-    texts: dict[tuple[UUID, str], tuple[TurnStatus, str, str]] = field(
+    texts: dict[tuple[UUID, str], tuple[TurnStatus, TurnParts]] = field(
         default_factory=dict
     )
     keys: list[NewKey] = field(default_factory=list)

@@ -59,7 +59,13 @@ _ENVELOPE_TAG = b"turnledger/chain/v2\n"
 ENVELOPE_MAGIC = b"\x00TL\x01"
 # Bytes fields an envelope may carry, by index (append only: stored rows name
 # their fields by position in this tuple).
-BLOB_FIELDS = ("sealed_question", "sealed_answer", "sealed_system", "sealed_summary")
+BLOB_FIELDS = (
+    "sealed_question",
+    "sealed_answer",
+    "sealed_system",
+    "sealed_summary",
+    "sealed_parts",
+)
 _PREVIOUS_SLICE = slice(4, 36)
 _DIGEST_SLICE = slice(36, 68)
 _TIMESTAMP_SLICE = slice(68, 76)

@@ -125,6 +125,11 @@ class Conversation(Aggregate):
         # that window's system instructions, sealed with the turn's key.
         window_receipt: dict[str, Any] | None = None
         sealed_system: bytes | None = None
+        # The turn's attachments and assistant steps, in order, as one sealed
+        # JSON list (domain/parts.py); None for a text-only turn. An optional
+        # field at its default is not stored, so text-only turns are stored
+        # exactly as before and events without it read as text-only.
+        sealed_parts: bytes | None = None
 
         @staticmethod
         def upcast_v1_v2(state: dict[str, Any]) -> None:
@@ -144,6 +149,8 @@ class Conversation(Aggregate):
         outcome: str
         sealed_question: bytes
         sealed_answer: bytes
+        # As in TurnConfirmed; may end mid-tool (calls without results).
+        sealed_parts: bytes | None = None
 
         @staticmethod
         def upcast_v1_v2(state: dict[str, Any]) -> None:
@@ -212,6 +219,7 @@ class Conversation(Aggregate):
         expected_version: int | None = None,
         window_receipt: dict[str, Any] | None = None,
         sealed_system: bytes | None = None,
+        sealed_parts: bytes | None = None,
     ) -> None:
         """Record a completed exchange. `existing`: the read side's facts of a
         turn with this id, if there is one (a retry is answered before this)."""
@@ -223,6 +231,7 @@ class Conversation(Aggregate):
             sealed_answer=sealed_answer,
             window_receipt=window_receipt,
             sealed_system=sealed_system,
+            sealed_parts=sealed_parts,
         )
 
     def abandon_turn(
@@ -234,6 +243,7 @@ class Conversation(Aggregate):
         sealed_answer: bytes,
         existing: TurnFacts | None,
         expected_version: int | None = None,
+        sealed_parts: bytes | None = None,
     ) -> None:
         if outcome not in UNSENT_OUTCOMES:
             raise ValueError(f"outcome must be failed or stopped, not {outcome}")
@@ -244,6 +254,7 @@ class Conversation(Aggregate):
             outcome=outcome.value,
             sealed_question=sealed_question,
             sealed_answer=sealed_answer,
+            sealed_parts=sealed_parts,
         )
 
     def delete_history(
@@ -386,9 +397,13 @@ def fold_key_id(fold_id: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class TurnSizes:
-    """Sizes of a turn's two texts, measured before they are sealed."""
+    """Sizes of a turn's texts, measured before they are sealed."""
 
     question_json_bytes: int
     answer_json_bytes: int
     question_chars: int
     answer_chars: int
+    # Code points of every text of the turn's steps (None: a text-only turn).
+    # A window reads a turn with parts to measure it in its wire format; this
+    # says which turns need that, and lets a fold's due-ness be estimated.
+    parts_chars: int | None = None

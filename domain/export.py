@@ -68,6 +68,10 @@ def export_records(
                     else None,
                     "question": item.question,
                     "answer": item.answer,
+                    # Attachments and steps in order ([] for a text-only turn).
+                    "parts": None
+                    if item.parts is None
+                    else item.parts.part_documents(),
                 }
             offset = page.next_offset
         for recorded in ledger.events.get(conversation_id):

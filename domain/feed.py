@@ -25,6 +25,8 @@ from eventsourcing.utils import get_topic
 from turnledger.domain.application import Conversations
 from turnledger.domain.conversation import Conversation, TurnStatus
 from turnledger.domain.errors import InvalidInputError
+from turnledger.domain.parts import TurnParts
+from turnledger.domain.turn_texts import open_turns
 
 MAX_CHANGES_PER_READ = 1000
 _LOG_PAGE = 250
@@ -58,6 +60,8 @@ class TurnRecordedChange:
     question: str | None
     answer: str | None
     deleted: bool
+    # The whole turn (attachments, steps); None when deleted.
+    parts: TurnParts | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,9 +216,10 @@ class ConversationFeed:
                     **common,
                     turn_id=recorded.turn_id,
                     status=status,
-                    question=text[0] if text else None,
-                    answer=text[1] if text else None,
+                    question=text.question if text else None,
+                    answer=text.answer if text else None,
                     deleted=text is None,
+                    parts=text,
                 )
             elif isinstance(recorded, Conversation.HistoryDeleted):
                 yield HistoryDeletedChange(
@@ -226,35 +231,29 @@ class ConversationFeed:
             else:
                 yield OtherChange(**common, event_type=type(recorded).__name__)
 
-    def _open_texts(
-        self, events: Sequence[Any]
-    ) -> dict[tuple[UUID, str], tuple[str, str]]:
-        """Decrypt the turns' texts, then drop those of turns deleted by now.
+    def _open_texts(self, events: Sequence[Any]) -> dict[tuple[UUID, str], TurnParts]:
+        """Decrypt the turns, then drop those of turns deleted by now.
 
         The order matters: deletion records its event before destroying keys,
         so checking the current state *after* decrypting catches a deletion
         that lands between the two steps.
         """
-        sealed_by_conversation: dict[UUID, list[tuple[str, str, bytes]]] = {}
+        by_conversation: dict[UUID, list[Any]] = {}
         for recorded in events:
             if isinstance(
                 recorded, Conversation.TurnConfirmed | Conversation.TurnAbandoned
             ):
-                items = sealed_by_conversation.setdefault(
-                    _as_uuid(recorded.originator_id), []
+                by_conversation.setdefault(_as_uuid(recorded.originator_id), []).append(
+                    recorded
                 )
-                items.append((recorded.turn_id, "question", recorded.sealed_question))
-                items.append((recorded.turn_id, "answer", recorded.sealed_answer))
-        texts: dict[tuple[UUID, str], tuple[str, str]] = {}
-        for conversation_id, items in sealed_by_conversation.items():
-            opened = self._ledger.vault.open_many(conversation_id, items)
-            for index in range(0, len(items), 2):
-                question, answer = opened[index], opened[index + 1]
-                if question is not None and answer is not None:
-                    texts[(conversation_id, items[index][0])] = (question, answer)
-        for conversation_id, items in sealed_by_conversation.items():
+        texts: dict[tuple[UUID, str], TurnParts] = {}
+        for conversation_id, recorded_turns in by_conversation.items():
+            opened = open_turns(self._ledger.vault, conversation_id, recorded_turns)
+            for turn_id, turn in opened.items():
+                texts[(conversation_id, turn_id)] = turn
+        for conversation_id, recorded_turns in by_conversation.items():
             rows = self._ledger.read_side.turns_by_id(
-                conversation_id, {turn_id for turn_id, _, _ in items}
+                conversation_id, {recorded.turn_id for recorded in recorded_turns}
             )
             for turn_id, row in rows.items():
                 if row.deleted:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from turnledger.domain.conversation import TurnStatus
+from turnledger.domain.parts import TurnParts
 from turnledger.domain.purge import PurgeReport
 from turnledger.domain.receipt import WindowReceipt
 
@@ -39,6 +40,9 @@ class HistoryItem:
     deleted_at: datetime | None
     question: str | None
     answer: str | None
+    # The whole turn (attachments, assistant steps); None once deleted. A
+    # text-only turn's parts hold just its question and answer.
+    parts: TurnParts | None = None
 
     @property
     def deleted(self) -> bool:

@@ -56,8 +56,9 @@ def check_text(field: str, value: Any, *, allow_empty: bool = False) -> str:
     return value
 
 
-def check_turn_size(*texts: str, limit: int) -> int:
-    size = sum(len(text.encode("utf-8")) for text in texts)
+def check_turn_size(*texts: str, limit: int, extra: int = 0) -> int:
+    """The UTF-8 size of `texts` plus `extra` bytes (inline attachments)."""
+    size = extra + sum(len(text.encode("utf-8")) for text in texts)
     if size > limit:
         raise TurnTooLargeError(size, limit)
     return size

@@ -28,7 +28,9 @@ from turnledger.infra.key_session import QUIET_KEY_SESSION, configure_key_sessio
 from turnledger.infra.keystore import KeyStore
 from turnledger.infra.read_side_sql import (
     CONVERSATION_COLUMNS,
+    ERASE_TURN_SIZES,
     FOLD_COLUMNS,
+    TURN_COLUMN_COUNT,
     TURN_COLUMNS,
     conversation_row,
     conversation_values,
@@ -338,6 +340,9 @@ _READ_SIDE_DDL = [
     # library writes the events in, and surface as "pipeline aborted".
     " PRIMARY KEY (conversation_id, position) DEFERRABLE INITIALLY DEFERRED,"
     " UNIQUE (conversation_id, turn_id) DEFERRABLE INITIALLY DEFERRED)",
+    # Added with turn parts: NULL (a text-only turn) in rows written before.
+    "ALTER TABLE {schema}.conversation_turns "
+    "ADD COLUMN IF NOT EXISTS parts_chars integer",
     "CREATE TABLE IF NOT EXISTS {schema}.conversation_folds ("
     " conversation_id uuid NOT NULL,"
     " fold_id text NOT NULL,"
@@ -374,7 +379,7 @@ class PostgresReadSideRecorder(PostgresApplicationRecorder):
         self._insert_turns = sql.SQL("INSERT INTO {} ({}) VALUES ({})").format(
             self._table("conversation_turns"),
             sql.SQL(TURN_COLUMNS),
-            sql.SQL(",".join(["%s"] * 12)),
+            sql.SQL(",".join(["%s"] * TURN_COLUMN_COUNT)),
         )
         self._upsert_heads = sql.SQL(
             "INSERT INTO {} ({}) VALUES ({}) ON CONFLICT (conversation_id) "
@@ -462,8 +467,7 @@ class PostgresReadSideRecorder(PostgresApplicationRecorder):
             curs.executemany(
                 sql.SQL(
                     "UPDATE {} SET deleted_version = %s, deleted_at = %s, "
-                    "question_json_bytes = NULL, answer_json_bytes = NULL, "
-                    "question_chars = NULL, answer_chars = NULL "
+                    f"{ERASE_TURN_SIZES} "
                     "WHERE conversation_id = %s AND turn_id = ANY(%s)"
                 ).format(self._table("conversation_turns")),
                 [(*group, turn_ids) for group, turn_ids in marked.items()],

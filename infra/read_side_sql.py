@@ -17,7 +17,13 @@ CONVERSATION_COLUMNS = (
 TURN_COLUMNS = (
     "conversation_id, position, turn_id, status, version, recorded_at, "
     "question_json_bytes, answer_json_bytes, question_chars, answer_chars, "
-    "deleted_version, deleted_at"
+    "deleted_version, deleted_at, parts_chars"
+)
+TURN_COLUMN_COUNT = TURN_COLUMNS.count(",") + 1
+# Erasing a deleted turn's sizes: nothing of its content stays on the read side.
+ERASE_TURN_SIZES = (
+    "question_json_bytes = NULL, answer_json_bytes = NULL, "
+    "question_chars = NULL, answer_chars = NULL, parts_chars = NULL"
 )
 FOLD_COLUMNS = (
     "conversation_id, fold_id, version, recorded_at, covers_through_turn_id, "
@@ -65,6 +71,7 @@ def turn_row(row: Mapping[str, Any]) -> TurnRow:
             answer_json_bytes=int(row["answer_json_bytes"]),
             question_chars=int(row["question_chars"]),
             answer_chars=int(row["answer_chars"]),
+            parts_chars=None if row["parts_chars"] is None else int(row["parts_chars"]),
         )
     return TurnRow(
         conversation_id=_uuid(row["conversation_id"]),
@@ -110,6 +117,7 @@ def turn_values(turn: TurnRow, *, key: Any, time: Any) -> tuple[Any, ...]:
         None if sizes is None else sizes.answer_chars,
         turn.deleted_version,
         None if turn.deleted_at is None else time(turn.deleted_at),
+        None if sizes is None else sizes.parts_chars,
     )
 
 

@@ -17,7 +17,9 @@ from turnledger.domain.errors import TurnDeletedError
 from turnledger.infra.keystore import KeyStore
 from turnledger.infra.read_side_sql import (
     CONVERSATION_COLUMNS,
+    ERASE_TURN_SIZES,
     FOLD_COLUMNS,
+    TURN_COLUMN_COUNT,
     TURN_COLUMNS,
     conversation_row,
     conversation_values,
@@ -248,6 +250,7 @@ _READ_SIDE_SCHEMA = [
         answer_chars INTEGER,
         deleted_version INTEGER,
         deleted_at TEXT,
+        parts_chars INTEGER,
         PRIMARY KEY (conversation_id, position),
         UNIQUE (conversation_id, turn_id)
     ) WITHOUT ROWID
@@ -286,6 +289,17 @@ class SQLiteReadSideRecorder(SQLiteApplicationRecorder):
     def construct_create_table_statements(self) -> list[str]:
         return [*super().construct_create_table_statements(), *_READ_SIDE_SCHEMA]
 
+    def create_table(self) -> None:
+        super().create_table()
+        # Stores made before turns had parts lack the column: add it (NULL,
+        # a text-only turn, in every existing row).
+        with self.datastore.transaction(commit=True) as c:
+            c.execute("PRAGMA table_info(conversation_turns)")
+            if "parts_chars" not in {row[1] for row in c.fetchall()}:
+                c.execute(
+                    "ALTER TABLE conversation_turns ADD COLUMN parts_chars INTEGER"
+                )
+
     def _insert_events(
         self, c: SQLiteCursor, stored_events: Sequence[StoredEvent], **kwargs: Any
     ) -> Sequence[int] | None:
@@ -300,14 +314,13 @@ class SQLiteReadSideRecorder(SQLiteApplicationRecorder):
         if changes.new_turns:
             c.executemany(
                 f"INSERT INTO conversation_turns ({TURN_COLUMNS}) "
-                f"VALUES ({','.join('?' * 12)})",
+                f"VALUES ({','.join('?' * TURN_COLUMN_COUNT)})",
                 [turn_values(t, key=key, time=time) for t in changes.new_turns],
             )
         for deletion in changes.deletions:
             c.execute(
                 "UPDATE conversation_turns SET deleted_version = ?, deleted_at = ?, "
-                "question_json_bytes = NULL, answer_json_bytes = NULL, "
-                "question_chars = NULL, answer_chars = NULL "
+                f"{ERASE_TURN_SIZES} "
                 "WHERE conversation_id = ? AND turn_id = ?",
                 (
                     deletion.deleted_version,

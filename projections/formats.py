@@ -33,6 +33,15 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, Literal, get_args
 
+from turnledger.projections.turn_shapes import (
+    TURN_SHAPES,
+    TurnContent,
+    anthropic_turn,
+    gemini_turn,
+    openai_chat_turn,
+    openai_responses_turn,
+)
+
 WireFormatName = Literal[
     "openai-chat", "openai-responses", "anthropic-messages", "gemini-contents"
 ]
@@ -56,7 +65,9 @@ class RequestParts:
     model: str
     system: str
     question: str
-    pairs: Sequence[tuple[str, str]] = field(default_factory=tuple)
+    # Text-only turns as (question, answer); a turn with tool calls or
+    # attachments as its TurnContent (projections/turn_shapes.py).
+    pairs: Sequence[tuple[str, str] | TurnContent] = field(default_factory=tuple)
     fold: str | None = None  # labelled summary, or None
     max_output_tokens: int = 1000
 
@@ -72,9 +83,12 @@ def _openai_chat(parts: RequestParts) -> dict[str, Any]:
     messages: list[dict[str, Any]] = [{"role": "system", "content": parts.system}]
     if parts.fold is not None:
         messages.append({"role": "system", "content": parts.fold})
-    for question, answer in parts.pairs:
-        messages.append({"role": "user", "content": question})
-        messages.append({"role": "assistant", "content": answer})
+    for pair in parts.pairs:
+        if not isinstance(pair, tuple):
+            messages += openai_chat_turn(pair)
+            continue
+        messages.append({"role": "user", "content": pair[0]})
+        messages.append({"role": "assistant", "content": pair[1]})
     messages.append({"role": "user", "content": parts.question})
     return {"model": parts.model, "messages": messages}
 
@@ -86,9 +100,12 @@ def _openai_responses(parts: RequestParts) -> dict[str, Any]:
     items: list[dict[str, Any]] = []
     if parts.fold is not None:
         items.append({"role": "developer", "content": parts.fold})
-    for question, answer in parts.pairs:
-        items.append({"role": "user", "content": question})
-        items.append({"role": "assistant", "content": answer})
+    for pair in parts.pairs:
+        if not isinstance(pair, tuple):
+            items += openai_responses_turn(pair)
+            continue
+        items.append({"role": "user", "content": pair[0]})
+        items.append({"role": "assistant", "content": pair[1]})
     items.append({"role": "user", "content": parts.question})
     document["input"] = items
     return document
@@ -109,9 +126,12 @@ def _anthropic_messages(parts: RequestParts) -> dict[str, Any]:
         document["system"] = parts.system
     # Whole pairs then the question: user/assistant alternate strictly.
     messages: list[dict[str, Any]] = []
-    for question, answer in parts.pairs:
-        messages.append({"role": "user", "content": question})
-        messages.append({"role": "assistant", "content": answer})
+    for pair in parts.pairs:
+        if not isinstance(pair, tuple):
+            messages += anthropic_turn(pair)
+            continue
+        messages.append({"role": "user", "content": pair[0]})
+        messages.append({"role": "assistant", "content": pair[1]})
     messages.append({"role": "user", "content": parts.question})
     document["messages"] = messages
     return document
@@ -124,9 +144,12 @@ def _gemini_contents(parts: RequestParts) -> dict[str, Any]:
     if instruction:
         document["system_instruction"] = {"parts": instruction}
     contents: list[dict[str, Any]] = []
-    for question, answer in parts.pairs:
-        contents.append({"role": "user", "parts": [{"text": question}]})
-        contents.append({"role": "model", "parts": [{"text": answer}]})
+    for pair in parts.pairs:
+        if not isinstance(pair, tuple):
+            contents += gemini_turn(pair)
+            continue
+        contents.append({"role": "user", "parts": [{"text": pair[0]}]})
+        contents.append({"role": "model", "parts": [{"text": pair[1]}]})
     contents.append({"role": "user", "parts": [{"text": parts.question}]})
     document["contents"] = contents
     return document
@@ -165,6 +188,19 @@ def pair_overhead(wire_format: str) -> int:
         - len(render_body(wire_format, bare))
         - empty_strings
     )
+
+
+def turn_bytes(wire_format: str, turn: TurnContent) -> int:
+    """Bytes one whole turn with parts adds to a body in `wire_format`.
+
+    Every turn's messages go before the current question's, so each adds its
+    own compact JSON and one comma, whatever the format.
+    """
+    try:
+        shape = TURN_SHAPES[wire_format]
+    except KeyError:
+        raise ValueError(f"unknown wire format {wire_format!r}") from None
+    return sum(len(encode_json(message)) + 1 for message in shape(turn))
 
 
 def pair_bytes(

@@ -14,7 +14,9 @@ from typing import Any
 from uuid import UUID
 
 from turnledger.domain.conversation import Conversation, TurnSizes, fold_key_id
+from turnledger.domain.parts import decode_parts
 from turnledger.domain.text import TextMetrics
+from turnledger.domain.turn_texts import turn_sizes
 from turnledger.projections.ledger_rows import SummarySize, TurnRow, project_events
 from turnledger.projections.read_side import LedgerView
 
@@ -70,6 +72,10 @@ def _measure(
                     (domain_event.turn_id, "answer", domain_event.sealed_answer),
                 ]
             )
+            if domain_event.sealed_parts is not None:
+                items[conversation_id].append(
+                    (domain_event.turn_id, "parts", domain_event.sealed_parts)
+                )
         elif isinstance(domain_event, Conversation.FoldRecorded):
             items.setdefault(conversation_id, []).append(
                 (
@@ -96,13 +102,12 @@ def _measure(
                 found[key_id] = SummarySize(metrics.json_bytes, metrics.chars)
             elif field == "question":
                 answer = opened.get((key_id, "answer"))
-                if answer is not None:
-                    question_metrics = TextMetrics.of(text)
-                    answer_metrics = TextMetrics.of(answer)
-                    found[key_id] = TurnSizes(
-                        question_json_bytes=question_metrics.json_bytes,
-                        answer_json_bytes=answer_metrics.json_bytes,
-                        question_chars=question_metrics.chars,
-                        answer_chars=answer_metrics.chars,
+                parts_text = opened.get((key_id, "parts"))
+                has_parts = (key_id, "parts") in opened
+                if answer is not None and (parts_text is not None or not has_parts):
+                    found[key_id] = turn_sizes(
+                        decode_parts(
+                            question=text, answer=answer, parts_text=parts_text
+                        )
                     )
     return sizes

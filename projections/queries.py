@@ -22,6 +22,7 @@ from turnledger.domain.errors import (
     InvalidInputError,
     TextUnavailableError,
 )
+from turnledger.domain.parts import TurnParts
 from turnledger.domain.ports import TextVault
 from turnledger.domain.receipt import receipt_policy
 from turnledger.domain.results import (
@@ -31,6 +32,7 @@ from turnledger.domain.results import (
     ProjectedWindow,
 )
 from turnledger.domain.text import check_identifier, check_text
+from turnledger.domain.turn_texts import open_turns
 from turnledger.projections.dropped import DroppedTurns, EligibleTurns
 from turnledger.projections.ledger_rows import ConversationRow, FoldRow, TurnRow
 from turnledger.projections.policy import WindowPolicy
@@ -160,8 +162,9 @@ class ConversationQueries:
                     status=row.status,
                     recorded_at=row.recorded_at,
                     deleted_at=row.deleted_at,
-                    question=None if text is None else text[0],
-                    answer=None if text is None else text[1],
+                    question=None if text is None else text.question,
+                    answer=None if text is None else text.answer,
+                    parts=text,
                 )
             )
         return tuple(items)
@@ -170,35 +173,32 @@ class ConversationQueries:
 
     def open_texts(
         self, conversation_id: UUID, rows: Sequence[TurnRow]
-    ) -> dict[str, tuple[str, str] | None]:
-        """Decrypt these turns' texts from their events; None where the key is gone."""
+    ) -> dict[str, TurnParts | None]:
+        """Decrypt these turns from their events; None where the key is gone."""
         if not rows:
             return {}
         wanted = {row.turn_id for row in rows}
         versions = [row.version for row in rows]
-        items: list[tuple[str, str, bytes]] = []
-        for recorded in self.events.get(
-            conversation_id, gt=min(versions) - 1, lte=max(versions)
-        ):
-            turn_id = getattr(recorded, "turn_id", None)
-            if turn_id in wanted and isinstance(
+        events = [
+            recorded
+            for recorded in self.events.get(
+                conversation_id, gt=min(versions) - 1, lte=max(versions)
+            )
+            if getattr(recorded, "turn_id", None) in wanted
+            and isinstance(
                 recorded, Conversation.TurnConfirmed | Conversation.TurnAbandoned
-            ):
-                items.append((turn_id, "question", recorded.sealed_question))
-                items.append((turn_id, "answer", recorded.sealed_answer))
-        opened = self.vault.open_many(conversation_id, items)
-        texts: dict[str, tuple[str, str] | None] = dict.fromkeys(wanted)
-        for index in range(0, len(items), 2):
-            question, answer = opened[index], opened[index + 1]
-            if question is not None and answer is not None:
-                texts[items[index][0]] = (question, answer)
+            )
+        ]
+        opened = open_turns(self.vault, conversation_id, events)
+        texts: dict[str, TurnParts | None] = dict.fromkeys(wanted)
+        texts.update(opened)
         return texts
 
     def read_texts(
         self, conversation_id: UUID, rows: Sequence[TurnRow]
-    ) -> dict[str, tuple[str, str]]:
+    ) -> dict[str, TurnParts]:
         """Like `open_texts`, but a turn without its key is an error."""
-        texts: dict[str, tuple[str, str]] = {}
+        texts: dict[str, TurnParts] = {}
         for turn_id, text in self.open_texts(conversation_id, rows).items():
             if text is None:
                 raise TextUnavailableError(conversation_id, turn_id)
@@ -285,11 +285,11 @@ class ConversationQueries:
         model: str,
         policy: WindowPolicy,
         counter: TokenCounter,
-        texts: dict[str, tuple[str, str]] | None = None,
+        texts: dict[str, TurnParts] | None = None,
     ) -> Window:
         """The window of the conversation as it stood at `head`'s version.
 
-        `texts` (turn id -> question, answer) saves reading texts already at
+        `texts` (turn id -> the turn's parts) saves reading texts already at
         hand (the audit re-deriving a receipt). Raises TextUnavailableError if
         a turn it needs was deleted since that version.
         """
@@ -312,7 +312,7 @@ class ConversationQueries:
         )
         known = texts or {}
 
-        def read(rows: Sequence[TurnRow]) -> dict[str, tuple[str, str]]:
+        def read(rows: Sequence[TurnRow]) -> dict[str, TurnParts]:
             if all(row.turn_id in known for row in rows):
                 return {row.turn_id: known[row.turn_id] for row in rows}
             return self.read_texts(conversation_id, rows)
@@ -332,6 +332,7 @@ class ConversationQueries:
                 if (
                     from_metadata
                     and sizes is not None
+                    and sizes.parts_chars is None
                     and not (
                         needs_trim_by_chars(sizes.question_chars, limit)
                         or needs_trim_by_chars(sizes.answer_chars, limit)
@@ -349,9 +350,11 @@ class ConversationQueries:
                         row.position,
                     )
                     continue
-                question_text, answer_text = read([row])[row.turn_id]
                 candidate, as_sent = measure_pair(
-                    WindowTurn(row.turn_id, question_text, answer_text), counter, limit
+                    WindowTurn.of(row.turn_id, read([row])[row.turn_id]),
+                    counter,
+                    limit,
+                    policy.wire_format,
                 )
                 sent[row.turn_id] = as_sent
                 yield replace(candidate, position=row.position)
@@ -362,7 +365,7 @@ class ConversationQueries:
         unread = [row for row in kept_rows if row.turn_id not in sent]
         read_now = read(unread) if unread else {}
         sent_turns = [
-            sent.get(row.turn_id) or WindowTurn(row.turn_id, *read_now[row.turn_id])
+            sent.get(row.turn_id) or WindowTurn.of(row.turn_id, read_now[row.turn_id])
             for row in kept_rows
         ]
         return build_window(
@@ -443,6 +446,7 @@ class ConversationQueries:
             if row.sizes is not None:
                 tokens += char_estimate(row.sizes.question_chars)
                 tokens += char_estimate(row.sizes.answer_chars)
+                tokens += char_estimate(row.sizes.parts_chars or 0)
             if tokens > threshold:
                 break
         return tokens

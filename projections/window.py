@@ -37,6 +37,15 @@ from turnledger.domain.errors import (
     MandatoryInputOverContextError,
     MandatoryInputTooLargeError,
 )
+from turnledger.domain.parts import (
+    AssistantStep,
+    AssistantText,
+    Attachment,
+    Refusal,
+    ToolCall,
+    ToolResult,
+    TurnParts,
+)
 from turnledger.domain.text import json_string_size
 from turnledger.projections.dropped import (
     DROP_REASONS,
@@ -55,7 +64,9 @@ from turnledger.projections.formats import (
     label_fold,
     pair_bytes,
     render_body,
+    turn_bytes,
 )
+from turnledger.projections.media_tokens import file_tokens, image_tokens
 from turnledger.projections.policy import WindowPolicy
 from turnledger.projections.tokens import (
     CHAR_ESTIMATE,
@@ -63,6 +74,7 @@ from turnledger.projections.tokens import (
     Trimmed,
     trim_text,
 )
+from turnledger.projections.turn_shapes import attachment_note, sent_as_note
 
 __all__ = [
     "DROP_REASONS",
@@ -102,11 +114,17 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class WindowTurn:
-    """One confirmed exchange as the window sees it."""
+    """One confirmed exchange as the window sees it (texts as they are sent)."""
 
     turn_id: str
     question: str
     answer: str
+    attachments: tuple[Attachment, ...] = ()
+    steps: tuple[AssistantStep, ...] = ()
+
+    @classmethod
+    def of(cls, turn_id: str, turn: TurnParts) -> WindowTurn:
+        return cls(turn_id, turn.question, turn.answer, turn.attachments, turn.steps)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,8 +146,18 @@ class MessageSize:
 
 
 @dataclass(frozen=True, slots=True)
+class StepsSize:
+    """A turn's attachments and steps as sent in one wire format."""
+
+    wire_format: str
+    turn_bytes: int  # the whole turn's bytes in that format
+    tokens: int  # of the attachments and steps
+    trimmed: tuple[TrimmedMessage, ...] = ()  # tool results and texts cut
+
+
+@dataclass(frozen=True, slots=True)
 class PairCandidate:
-    """A turn the walk may add: the sizes of its two messages as sent."""
+    """A turn the walk may add: the sizes of its messages as sent."""
 
     turn_id: str
     question: MessageSize
@@ -137,13 +165,23 @@ class PairCandidate:
     # Its position in the conversation's turn order (every status counted),
     # when the caller knows it; the dropped report's ranges come from it.
     position: int | None = None
+    steps: StepsSize | None = None  # None: a text-only turn
 
     @property
     def tokens(self) -> int:
-        return self.question.tokens + self.answer.tokens
+        extra = 0 if self.steps is None else self.steps.tokens
+        return self.question.tokens + self.answer.tokens + extra
 
     def bytes_in(self, wire_format: str) -> int:
-        return pair_bytes(wire_format, self.question.json_bytes, self.answer.json_bytes)
+        if self.steps is None:
+            return pair_bytes(
+                wire_format, self.question.json_bytes, self.answer.json_bytes
+            )
+        if self.steps.wire_format != wire_format:
+            raise ValueError(
+                f"turn {self.turn_id} was measured in {self.steps.wire_format}"
+            )
+        return self.steps.turn_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,9 +189,23 @@ class TrimmedMessage:
     """A history message sent as head + marker + tail."""
 
     turn_id: str
-    part: Literal["question", "answer", "fold"]
+    part: Literal[
+        "question", "answer", "fold", "assistant_text", "tool_result", "refusal"
+    ]
     omitted_tokens: int
     sent_tokens: int
+    step: int | None = None  # the step's index in the turn, for a step
+
+    def summary(self) -> dict[str, object]:
+        summary: dict[str, object] = {
+            "turn_id": self.turn_id,
+            "part": self.part,
+            "omitted_tokens": self.omitted_tokens,
+            "sent_tokens": self.sent_tokens,
+        }
+        if self.step is not None:
+            summary["step"] = self.step
+        return summary
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,15 +261,7 @@ class Window:
             "kept_turn_ids": list(self.kept_turn_ids),
             "dropped_counts": self.dropped.counts(),
             "dropped_spans": [span.summary() for span in self.dropped.spans],
-            "trimmed": [
-                {
-                    "turn_id": item.turn_id,
-                    "part": item.part,
-                    "omitted_tokens": item.omitted_tokens,
-                    "sent_tokens": item.sent_tokens,
-                }
-                for item in self.trimmed
-            ],
+            "trimmed": [item.summary() for item in self.trimmed],
             "floor_over_budget": self.floor_over_budget,
             "fold_id": self.fold_id,
             "fold_sent": self.fold_sent,
@@ -336,17 +380,86 @@ def measure_message(
 
 
 def measure_pair(
-    turn: WindowTurn, counter: TokenCounter, max_message_tokens: int | None
+    turn: WindowTurn,
+    counter: TokenCounter,
+    max_message_tokens: int | None,
+    wire_format: str | None = None,
 ) -> tuple[PairCandidate, WindowTurn]:
-    """The candidate for `turn` and the turn as it would be sent (trimmed)."""
+    """The candidate for `turn` and the turn as it would be sent (trimmed).
+
+    A turn with attachments or steps is measured in `wire_format` (its bytes
+    and image tokens depend on it). Trimming may cut the question, the answer,
+    assistant texts, refusals and tool results, never a call's arguments.
+    """
     question, question_size = measure_message(
         turn.question, counter, max_message_tokens
     )
     answer, answer_size = measure_message(turn.answer, counter, max_message_tokens)
-    return (
-        PairCandidate(turn.turn_id, question_size, answer_size),
-        WindowTurn(turn.turn_id, question.text, answer.text),
+    if not turn.attachments and not turn.steps:
+        return (
+            PairCandidate(turn.turn_id, question_size, answer_size),
+            WindowTurn(turn.turn_id, question.text, answer.text),
+        )
+    if wire_format is None:
+        raise ValueError("a turn with parts is measured in a wire format")
+    steps, tokens, trimmed = _trim_steps(turn, counter, max_message_tokens)
+    tokens += sum(
+        _attachment_tokens(wire_format, attachment, counter)
+        for attachment in turn.attachments
     )
+    as_sent = WindowTurn(
+        turn.turn_id, question.text, answer.text, turn.attachments, steps
+    )
+    size = StepsSize(wire_format, turn_bytes(wire_format, as_sent), tokens, trimmed)
+    return PairCandidate(turn.turn_id, question_size, answer_size, steps=size), as_sent
+
+
+_STEP_PARTS: dict[type, Literal["assistant_text", "tool_result", "refusal"]] = {
+    AssistantText: "assistant_text",
+    ToolResult: "tool_result",
+    Refusal: "refusal",
+}
+
+
+def _trim_steps(
+    turn: WindowTurn, counter: TokenCounter, limit: int | None
+) -> tuple[tuple[AssistantStep, ...], int, tuple[TrimmedMessage, ...]]:
+    steps: list[AssistantStep] = []
+    tokens = 0
+    trimmed: list[TrimmedMessage] = []
+    for index, step in enumerate(turn.steps):
+        if isinstance(step, ToolCall):
+            # Arguments are never cut: a cut call could not be parsed or run.
+            steps.append(step)
+            tokens += counter.count(step.name) + counter.count(step.arguments)
+            continue
+        text = step.content if isinstance(step, ToolResult) else step.text
+        cut = trim_text(text, counter, limit)
+        tokens += cut.tokens
+        if cut.omitted_tokens:
+            part = _STEP_PARTS[type(step)]
+            trimmed.append(
+                TrimmedMessage(
+                    turn.turn_id, part, cut.omitted_tokens, cut.tokens, step=index
+                )
+            )
+            step = (
+                ToolResult(step.call_id, cut.text, step.is_error)
+                if isinstance(step, ToolResult)
+                else type(step)(cut.text)
+            )
+        steps.append(step)
+    return tuple(steps), tokens, tuple(trimmed)
+
+
+def _attachment_tokens(
+    wire_format: str, attachment: Attachment, counter: TokenCounter
+) -> int:
+    if sent_as_note(wire_format, attachment):
+        return counter.count(attachment_note(attachment))
+    if attachment.is_image:
+        return image_tokens(wire_format, attachment)
+    return file_tokens(attachment)
 
 
 @dataclass(frozen=True, slots=True)
@@ -539,7 +652,7 @@ def build_window(
         model=frame.parts.model,
         system=frame.parts.system,
         question=frame.parts.question,
-        pairs=tuple((turn.question, turn.answer) for turn in sent_turns),
+        pairs=tuple(_as_pair(turn) for turn in sent_turns),
         fold=frame.parts.fold,
         max_output_tokens=frame.parts.max_output_tokens,
     )
@@ -559,19 +672,26 @@ def build_window(
             )
         )
     for candidate in reversed(plan.kept_newest_first):
-        for size, part in (
-            (candidate.question, "question"),
-            (candidate.answer, "answer"),
-        ):
-            if size.omitted_tokens:
-                trimmed.append(
-                    TrimmedMessage(
-                        candidate.turn_id,
-                        "question" if part == "question" else "answer",
-                        size.omitted_tokens,
-                        size.tokens,
-                    )
+        if candidate.question.omitted_tokens:
+            trimmed.append(
+                TrimmedMessage(
+                    candidate.turn_id,
+                    "question",
+                    candidate.question.omitted_tokens,
+                    candidate.question.tokens,
                 )
+            )
+        if candidate.steps is not None:
+            trimmed += candidate.steps.trimmed
+        if candidate.answer.omitted_tokens:
+            trimmed.append(
+                TrimmedMessage(
+                    candidate.turn_id,
+                    "answer",
+                    candidate.answer.omitted_tokens,
+                    candidate.answer.tokens,
+                )
+            )
     return Window(
         body=body,
         kept_turn_ids=tuple(turn.turn_id for turn in sent_turns),
@@ -625,7 +745,7 @@ def select_window(
         counter=counter,
     )
     measured = [
-        measure_pair(turn, counter, policy.max_message_tokens)
+        measure_pair(turn, counter, policy.max_message_tokens, policy.wire_format)
         for turn in reversed(turns)
     ]
     plan = plan_in_frame(frame, (candidate for candidate, _ in measured), policy)
@@ -647,6 +767,13 @@ def select_window(
         policy=policy,
         counter=counter,
     )
+
+
+def _as_pair(turn: WindowTurn) -> tuple[str, str] | WindowTurn:
+    """A text-only turn as its two texts; a turn with parts as itself."""
+    if turn.attachments or turn.steps:
+        return turn
+    return (turn.question, turn.answer)
 
 
 def resolve_policy(policy: WindowPolicy | None, max_bytes: int | None) -> WindowPolicy:

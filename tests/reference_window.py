@@ -14,9 +14,18 @@ from turnledger.domain.errors import (
     MandatoryInputOverContextError,
     MandatoryInputTooLargeError,
 )
+from turnledger.domain.parts import (
+    AssistantStep,
+    AssistantText,
+    Refusal,
+    ToolCall,
+    ToolResult,
+)
 from turnledger.projections.formats import RequestParts, label_fold, render_body
+from turnledger.projections.media_tokens import file_tokens, image_tokens
 from turnledger.projections.policy import WindowPolicy
 from turnledger.projections.tokens import TokenCounter, trim_text
+from turnledger.projections.turn_shapes import attachment_note, sent_as_note
 from turnledger.projections.window import WindowFold, WindowTurn
 
 
@@ -45,14 +54,10 @@ def naive_window(
     """
     fmt = policy.wire_format
 
+    limit = policy.max_message_tokens
+
     def body(suffix: Sequence[WindowTurn], fold_text: str | None) -> bytes:
-        pairs = [
-            (
-                trim_text(turn.question, counter, policy.max_message_tokens).text,
-                trim_text(turn.answer, counter, policy.max_message_tokens).text,
-            )
-            for turn in suffix
-        ]
+        pairs = [sent_turn(turn, counter, limit) for turn in suffix]
         parts = RequestParts(
             model=model,
             system=system,
@@ -109,11 +114,7 @@ def naive_window(
             continue
         if pair_limit is not None and len(suffix) > pair_limit:
             continue
-        tokens = sum(
-            trim_text(turn.question, counter, policy.max_message_tokens).tokens
-            + trim_text(turn.answer, counter, policy.max_message_tokens).tokens
-            for turn in suffix
-        )
+        tokens = sum(turn_tokens(turn, counter, limit, fmt) for turn in suffix)
         if context is not None and fixed + tokens + reserve > context:
             continue
         if (
@@ -126,3 +127,57 @@ def naive_window(
             candidate, tuple(turn.turn_id for turn in suffix), fold_dropped_reason
         )
     raise AssertionError("the empty suffix always fits")
+
+
+def sent_turn(
+    turn: WindowTurn, counter: TokenCounter, limit: int | None
+) -> tuple[str, str] | WindowTurn:
+    """The turn as sent: every text trimmed but the calls' arguments."""
+
+    def cut(text: str) -> str:
+        return trim_text(text, counter, limit).text
+
+    if not turn.attachments and not turn.steps:
+        return (cut(turn.question), cut(turn.answer))
+    steps: list[AssistantStep] = []
+    for step in turn.steps:
+        if isinstance(step, ToolResult):
+            steps.append(ToolResult(step.call_id, cut(step.content), step.is_error))
+        elif isinstance(step, AssistantText):
+            steps.append(AssistantText(cut(step.text)))
+        elif isinstance(step, Refusal):
+            steps.append(Refusal(cut(step.text)))
+        else:
+            steps.append(step)
+    return WindowTurn(
+        turn.turn_id,
+        cut(turn.question),
+        cut(turn.answer),
+        turn.attachments,
+        tuple(steps),
+    )
+
+
+def turn_tokens(
+    turn: WindowTurn, counter: TokenCounter, limit: int | None, fmt: str
+) -> int:
+    """Tokens of the turn as sent: its texts, calls and attachments."""
+    sent = sent_turn(turn, counter, limit)
+    if isinstance(sent, tuple):
+        return counter.count(sent[0]) + counter.count(sent[1])
+    tokens = counter.count(sent.question) + counter.count(sent.answer)
+    for step in sent.steps:
+        if isinstance(step, ToolCall):
+            tokens += counter.count(step.name) + counter.count(step.arguments)
+        elif isinstance(step, ToolResult):
+            tokens += counter.count(step.content)
+        else:
+            tokens += counter.count(step.text)
+    for attachment in sent.attachments:
+        if sent_as_note(fmt, attachment):
+            tokens += counter.count(attachment_note(attachment))
+        elif attachment.is_image:
+            tokens += image_tokens(fmt, attachment)
+        else:
+            tokens += file_tokens(attachment)
+    return tokens

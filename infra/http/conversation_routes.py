@@ -31,6 +31,7 @@ from turnledger.infra.http.schemas import (
     TurnReceiptOut,
     WindowIn,
     WindowOut,
+    parts_out,
 )
 from turnledger.infra.http.service import Service, current_device, get_service
 
@@ -132,6 +133,7 @@ def get_history(
                 deleted_at=item.deleted_at,
                 question=item.question,
                 answer=item.answer,
+                parts=parts_out(item.parts),
             )
             for item in page.items
         ],
@@ -164,22 +166,28 @@ def record_turn(
 def _record(
     service: Service, device: Device, conversation_id: UUID, turn_id: str, turn: TurnIn
 ) -> TurnReceipt:
+    parts = turn.turn_parts()
+    # With parts, the question and answer travel inside them.
+    question = None if parts is not None else turn.question
+    answer = None if parts is not None else turn.answer
     if turn.status == TurnStatus.CONFIRMED:
         return service.ledger.confirm_turn(
             device.user_id,
             conversation_id,
             turn_id=turn_id,
-            question=turn.question,
-            answer=turn.answer,
+            question=question,
+            answer=answer,
+            parts=parts,
             expected_version=turn.expected_version,
         )
     return service.ledger.record_abandoned_turn(
         device.user_id,
         conversation_id,
         turn_id=turn_id,
-        question=turn.question,
         outcome=turn.status,
-        partial_answer=turn.answer,
+        question=question,
+        partial_answer=answer,
+        parts=parts,
         expected_version=turn.expected_version,
     )
 

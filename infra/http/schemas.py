@@ -13,10 +13,18 @@ from datetime import datetime
 from typing import Annotated, Any, Literal, Self
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    field_validator,
+    model_validator,
+)
 
 from turnledger.domain.application import MAX_HISTORY_PAGE
 from turnledger.domain.feed import MAX_CHANGES_PER_READ
+from turnledger.domain.parts import TurnParts
 from turnledger.infra.tokenizers import TokenizerName
 from turnledger.projections.policy import WindowPolicy
 
@@ -128,17 +136,95 @@ class ConversationOut(BaseModel):
     total_turns: int
 
 
+# Turn parts (docs/tools.md): attachments, then the assistant's steps in order.
+
+
+class AttachmentPart(RequestModel):
+    kind: Literal["attachment"]
+    media_type: str
+    byte_size: int = Field(ge=0)
+    uri: str | None = None
+    file_id: str | None = None
+    data: str | None = Field(
+        default=None,
+        description="inline bytes, base64 (at most 64 KiB decoded); or give "
+        "uri or file_id",
+    )
+    digest: str | None = Field(default=None, description='"sha256:<64 hex>"')
+    name: str | None = None
+    width: int | None = Field(default=None, description="pixels, with height")
+    height: int | None = None
+
+
+class AssistantTextPart(RequestModel):
+    kind: Literal["assistant_text"]
+    text: str
+
+
+class ToolCallPart(RequestModel):
+    kind: Literal["tool_call"]
+    call_id: str
+    name: str
+    arguments: str = Field(description="JSON text of an object, kept as given")
+
+
+class ToolResultPart(RequestModel):
+    kind: Literal["tool_result"]
+    call_id: str
+    content: str
+    is_error: bool = False
+
+
+class RefusalPart(RequestModel):
+    kind: Literal["refusal"]
+    text: str
+
+
+TurnPart = Annotated[
+    AttachmentPart | AssistantTextPart | ToolCallPart | ToolResultPart | RefusalPart,
+    Field(discriminator="kind"),
+]
+MAX_PARTS = 1_000
+
+
+def parts_out(turn: TurnParts | None) -> list[TurnPart] | None:
+    """A turn's attachments and steps as the API shows them (None: deleted)."""
+    if turn is None:
+        return None
+    return [_PART_ADAPTER.validate_python(d) for d in turn.part_documents()]
+
+
+_PART_ADAPTER: TypeAdapter[TurnPart] = TypeAdapter(TurnPart)
+
+
 class TurnIn(RequestModel):
     question: str
     answer: str = Field(
         default="", description="required for 'confirmed'; the partial reply otherwise"
     )
     status: Literal["confirmed", "failed", "stopped"] = "confirmed"
+    parts: list[TurnPart] | None = Field(
+        default=None,
+        max_length=MAX_PARTS,
+        description="attachments, then the assistant's steps in order (text, "
+        "tool calls, tool results, refusals); a failed or stopped turn may end "
+        "with calls that have no result",
+    )
     expected_version: int | None = Field(
         default=None,
         ge=1,
         description="the version this device last saw; a stale one gets 409",
     )
+
+    def turn_parts(self) -> TurnParts | None:
+        """The parts as the ledger takes them (InvalidInputError if malformed)."""
+        if self.parts is None:
+            return None
+        return TurnParts.from_documents(
+            question=self.question,
+            answer=self.answer,
+            parts=[part.model_dump(exclude_none=True) for part in self.parts],
+        )
 
 
 class TurnReceiptOut(BaseModel):
@@ -158,6 +244,9 @@ class HistoryItemOut(BaseModel):
     deleted_at: datetime | None
     question: str | None
     answer: str | None
+    parts: list[TurnPart] | None = Field(
+        default=None, description="attachments and steps in order; null if deleted"
+    )
 
 
 class HistoryPageOut(BaseModel):
@@ -255,6 +344,9 @@ class TurnRecordedOut(_ChangeOut):
     deleted: bool = Field(description="true: the turn is deleted; its text is not sent")
     question: str | None
     answer: str | None
+    parts: list[TurnPart] | None = Field(
+        default=None, description="attachments and steps in order; null if deleted"
+    )
 
 
 class HistoryDeletedOut(_ChangeOut):

@@ -34,6 +34,7 @@ from turnledger.infra.http.schemas import (
     OtherChangeOut,
     SyncOut,
     TurnRecordedOut,
+    parts_out,
 )
 from turnledger.infra.http.service import Service, current_device, get_service
 
@@ -136,6 +137,7 @@ def _change_out(
                 deleted=change.deleted,
                 question=change.question,
                 answer=change.answer,
+                parts=parts_out(change.parts),
             )
         case HistoryDeletedChange():
             return HistoryDeletedOut(

@@ -1,0 +1,64 @@
+"""Opening a recorded turn: its sealed texts and parts, back to TurnParts."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+from uuid import UUID
+
+from turnledger.domain.conversation import TurnSizes
+from turnledger.domain.parts import TurnParts, decode_parts
+from turnledger.domain.ports import TextVault
+from turnledger.domain.text import TextMetrics
+
+# The sealed fields of a turn's event, by the field name bound into each.
+_FIELDS = (
+    ("question", "sealed_question"),
+    ("answer", "sealed_answer"),
+    ("parts", "sealed_parts"),
+)
+
+
+def open_turns(
+    vault: TextVault, conversation_id: UUID, events: Iterable[Any]
+) -> dict[str, TurnParts]:
+    """The turns these TurnConfirmed/TurnAbandoned events hold, by turn id.
+
+    One vault call for all of them. A turn whose key is gone is left out.
+    """
+    items: list[tuple[str, str, bytes]] = []
+    layout: list[tuple[str, int, bool]] = []  # turn id, first item, has parts
+    for event in events:
+        start = len(items)
+        has_parts = False
+        for field_name, attribute in _FIELDS:
+            sealed = getattr(event, attribute, None)
+            if isinstance(sealed, bytes):
+                items.append((event.turn_id, field_name, sealed))
+                has_parts = has_parts or field_name == "parts"
+        layout.append((event.turn_id, start, has_parts))
+    opened = vault.open_many(conversation_id, items) if items else []
+    turns: dict[str, TurnParts] = {}
+    for turn_id, start, has_parts in layout:
+        question, answer = opened[start], opened[start + 1]
+        parts_text = opened[start + 2] if has_parts else None
+        if question is None or answer is None or (has_parts and parts_text is None):
+            continue
+        turns[turn_id] = decode_parts(
+            question=question, answer=answer, parts_text=parts_text
+        )
+    return turns
+
+
+def turn_sizes(turn: TurnParts) -> TurnSizes:
+    """The sizes the read side keeps of a turn (see TurnSizes)."""
+    question, answer = TextMetrics.of(turn.question), TextMetrics.of(turn.answer)
+    return TurnSizes(
+        question_json_bytes=question.json_bytes,
+        answer_json_bytes=answer.json_bytes,
+        question_chars=question.chars,
+        answer_chars=answer.chars,
+        parts_chars=None
+        if turn.text_only
+        else sum(len(text) for text in turn.texts()[1:-1]),
+    )
