@@ -6,6 +6,7 @@ exceptions (`errors`). Needs the `client` extra (httpx).
 """
 
 from turnledger.infra.client.async_client import AsyncClient
+from turnledger.infra.client.calls import parts_of
 from turnledger.infra.client.cursors import (
     CursorStore,
     FileCursorStore,
@@ -33,4 +34,5 @@ __all__ = [
     "ServiceError",
     "ServiceUnreachableError",
     "VersionFilter",
+    "parts_of",
 ]

@@ -15,6 +15,7 @@ from uuid import UUID
 
 import httpx
 
+from turnledger.domain.parts import TurnParts
 from turnledger.infra.client import calls
 from turnledger.infra.client.calls import Call, TurnStatusName
 from turnledger.infra.client.cursors import CursorStore
@@ -137,8 +138,9 @@ class AsyncClient:
         conversation_id: UUID,
         turn_id: str,
         *,
-        question: str,
+        question: str | None = None,
         answer: str = "",
+        parts: TurnParts | None = None,
         status: TurnStatusName = "confirmed",
         expected_version: int | None = None,
     ) -> TurnReceiptOut:
@@ -148,6 +150,7 @@ class AsyncClient:
                 turn_id,
                 question=question,
                 answer=answer,
+                parts=parts,
                 status=status,
                 expected_version=expected_version,
             )

@@ -19,6 +19,7 @@ from uuid import UUID
 import httpx
 from pydantic import BaseModel
 
+from turnledger.domain.parts import TurnParts
 from turnledger.infra.client.errors import (
     Context,
     ServiceError,
@@ -36,9 +37,11 @@ from turnledger.infra.http.schemas import (
     DeviceIssuedOut,
     DeviceListOut,
     DeviceOut,
+    HistoryItemOut,
     HistoryPageOut,
     SyncOut,
     TurnReceiptOut,
+    TurnRecordedOut,
     WindowOut,
 )
 from turnledger.projections.policy import WindowPolicy
@@ -149,13 +152,17 @@ def put_turn(
     conversation_id: UUID,
     turn_id: str,
     *,
-    question: str,
+    question: str | None,
     answer: str,
+    parts: TurnParts | None,
     status: TurnStatusName,
     expected_version: int | None,
 ) -> Call[TurnReceiptOut]:
     """The turn id is the idempotency key: the same PUT again returns the
-    first receipt and writes nothing."""
+    first receipt and writes nothing. With `parts`, the question and answer
+    are the parts' own."""
+    if parts is not None:
+        question, answer = parts.question, parts.answer
     return Call(
         "PUT",
         _conversation_path(conversation_id, "turns", turn_id),
@@ -163,6 +170,7 @@ def put_turn(
         json=_body(
             question=question,
             answer=answer,
+            parts=parts.part_documents() if parts is not None else None,
             status=status,
             expected_version=expected_version,
         ),
@@ -322,3 +330,15 @@ def revoke_device(device_id: str) -> Call[DeviceOut]:
 
 def purge_status() -> Call[PurgeStateOut]:
     return Call("GET", "/v1/purge", _model(PurgeStateOut))
+
+
+def parts_of(item: HistoryItemOut | TurnRecordedOut) -> TurnParts | None:
+    """The whole turn of a history item or a sync change (None once deleted),
+    as the library's own `TurnParts`."""
+    if item.question is None or item.answer is None:
+        return None
+    return TurnParts.from_documents(
+        question=item.question,
+        answer=item.answer,
+        parts=[part.model_dump(exclude_none=True) for part in item.parts or []],
+    )

@@ -14,6 +14,7 @@ from uuid import UUID
 
 import httpx
 
+from turnledger.domain.parts import TurnParts
 from turnledger.infra.client import calls
 from turnledger.infra.client.calls import Call, TurnStatusName
 from turnledger.infra.client.cursors import CursorStore
@@ -46,7 +47,12 @@ def request_options(call: Call[Any], timeout: httpx.Timeout) -> dict[str, Any]:
     """The httpx arguments of a call (shared with AsyncClient)."""
     options: dict[str, Any] = {"json": call.json, "params": call.params}
     if call.read_timeout is not None:
-        options["timeout"] = httpx.Timeout(timeout, read=call.read_timeout)
+        options["timeout"] = httpx.Timeout(
+            connect=timeout.connect,
+            read=call.read_timeout,
+            write=timeout.write,
+            pool=timeout.pool,
+        )
     return options
 
 
@@ -145,8 +151,9 @@ class Client:
         conversation_id: UUID,
         turn_id: str,
         *,
-        question: str,
+        question: str | None = None,
         answer: str = "",
+        parts: TurnParts | None = None,
         status: TurnStatusName = "confirmed",
         expected_version: int | None = None,
     ) -> TurnReceiptOut:
@@ -156,6 +163,7 @@ class Client:
                 turn_id,
                 question=question,
                 answer=answer,
+                parts=parts,
                 status=status,
                 expected_version=expected_version,
             )
