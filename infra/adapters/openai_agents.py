@@ -28,8 +28,6 @@ Needs the `agents` extra (`openai-agents`). Semantics (docs/adapters.md):
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import json
 import mimetypes
 from collections.abc import Mapping
@@ -49,7 +47,7 @@ from turnledger.domain.parts import (
     ToolResult,
     TurnParts,
 )
-from turnledger.infra.adapters.turns import TurnRecorder, text_of
+from turnledger.infra.adapters.turns import TurnRecorder, text_of, url_attachment
 from turnledger.projections.policy import WindowPolicy
 from turnledger.projections.tokens import TokenCounter
 from turnledger.projections.turn_shapes import openai_responses_turn
@@ -190,16 +188,7 @@ def _attachment(part: Mapping[str, Any]) -> Attachment:
     url = part.get("image_url") or part.get("file_url") or part.get("file_data")
     if not isinstance(url, str):
         raise InvalidInputError("items", "an attachment without file_id or url")
-    if url.startswith("data:"):
-        header, _, payload = url.partition(",")
-        try:
-            data = base64.b64decode(payload, validate=True)
-        except binascii.Error:
-            raise InvalidInputError("items", "a data: URL that is not base64") from None
-        media = header.removeprefix("data:").split(";")[0]
-        return Attachment(media_type=media, byte_size=len(data), data=data, name=name)
-    media = mimetypes.guess_type(url)[0] or "application/octet-stream"
-    return Attachment(media_type=media, byte_size=0, uri=url, name=name)
+    return url_attachment(url, name=name)
 
 
 def _assistant_steps(content: Any) -> list[AssistantStep]:

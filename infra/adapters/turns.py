@@ -17,6 +17,9 @@ A pending turn lives in this object only, until it is confirmed or abandoned.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import mimetypes
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -225,3 +228,20 @@ def text_of(parts: list[Any], kinds: tuple[str, ...], key: str = "text") -> str:
     return "".join(
         str(part.get(key, "")) for part in parts if part.get("type") in kinds
     )
+
+
+def url_attachment(url: str, *, name: str | None = None) -> Attachment:
+    """An attachment given by URL: a data: URL's bytes inline, any other URL
+    as a reference (media type guessed from its name; size unknown, so 0)."""
+    if url.startswith("data:"):
+        header, _, payload = url.partition(",")
+        try:
+            data = base64.b64decode(payload, validate=True)
+        except binascii.Error:
+            raise InvalidInputError(
+                "attachment", "a data: URL that is not base64"
+            ) from None
+        media = header.removeprefix("data:").split(";")[0]
+        return Attachment(media_type=media, byte_size=len(data), data=data, name=name)
+    media = mimetypes.guess_type(url)[0] or "application/octet-stream"
+    return Attachment(media_type=media, byte_size=0, uri=url, name=name)

@@ -22,6 +22,7 @@ from agents import (
     Tool,
     Usage,
     function_tool,
+    set_tracing_disabled,
 )
 from agents.memory import Session
 from openai.types.responses import (
@@ -31,6 +32,7 @@ from openai.types.responses import (
 )
 
 from tests.conftest import durable_stores
+from tests.sealed_text import assert_sealed_and_unreadable
 from turnledger.domain.application import Conversations
 from turnledger.domain.conversation import TurnStatus
 from turnledger.domain.parts import AssistantText, ToolCall, ToolResult
@@ -38,6 +40,8 @@ from turnledger.infra.adapters.openai_agents import TurnLedgerSession
 from turnledger.projections.policy import WindowPolicy
 
 OWNER = "alice"
+
+set_tracing_disabled(True)  # no trace export: the tests run offline
 
 
 @function_tool
@@ -284,14 +288,4 @@ async def _clear_session_purges_like_any_deletion(
     assert all(item.deleted and item.parts is None for item in history)
     # The sealed texts stay in the log; no key opens them any more, in this
     # process or in a fresh one reading the same store.
-    rows = ledger.recorder.select_events(conversation)
-    events = [ledger.mapper.to_domain_event(row) for row in rows]
-    sealed = [
-        (event.turn_id, name, getattr(event, f"sealed_{name}"))
-        for event in events
-        if getattr(event, "turn_id", None) in turn_ids
-        for name in ("question", "answer", "parts")
-    ]
-    assert len(sealed) == 6 and all(blob is not None for _, _, blob in sealed)
-    for reader in (ledger, open_ledger()):
-        assert reader.vault.open_many(conversation, sealed) == [None] * 6
+    assert_sealed_and_unreadable([ledger, open_ledger()], conversation, turn_ids)
