@@ -90,17 +90,19 @@ class TurnRecorder(Generic[Item]):
         return abandoned
 
     def add(self, steps: list[AssistantStep], item: Item) -> None:
-        """Add one message of the assistant or a tool, holding `steps`."""
+        """Add one message of the assistant or a tool, holding `steps`; a
+        message that cannot be added raises and leaves the turn as it was."""
         pending = self._pending(what="reply")
+        open_calls = pending.open_calls()
         for step in steps:
-            if (
-                isinstance(step, ToolResult)
-                and step.call_id not in pending.open_calls()
-            ):
-                raise InvalidInputError(
-                    "tool result", f"answers no open call of this turn ({step.call_id})"
-                )
-            pending.steps.append(step)
+            if isinstance(step, ToolResult):
+                if step.call_id not in open_calls:
+                    raise InvalidInputError(
+                        "tool result",
+                        f"answers no open call of this turn ({step.call_id})",
+                    )
+                open_calls.discard(step.call_id)
+        pending.steps.extend(steps)
         pending.items.append((item, len(steps)))
 
     def can_confirm(self) -> bool:

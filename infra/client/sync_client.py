@@ -46,7 +46,9 @@ DEFAULT_TIMEOUT = httpx.Timeout(30.0, connect=5.0)
 def request_options(call: Call[Any], timeout: httpx.Timeout) -> dict[str, Any]:
     """The httpx arguments of a call (shared with AsyncClient)."""
     options: dict[str, Any] = {"json": call.json, "params": call.params}
-    if call.read_timeout is not None:
+    read = timeout.read
+    if call.read_timeout is not None and read is not None and call.read_timeout > read:
+        # A long-poll waits longer than a read may take otherwise.
         options["timeout"] = httpx.Timeout(
             connect=timeout.connect,
             read=call.read_timeout,

@@ -91,6 +91,8 @@ def test_turns_sent_during_an_outage_are_retried_until_recorded_once(
             # token): its 503 is raised at once, not retried.
             api.add_device("tablet")
         assert [r[1] for r in sync_seen.responses[-1:]] == [503]
+        # Readiness answers 503 too: an answer, returned, not retried.
+        assert api.ready().status == "unavailable"
         sync_seen.responses.clear()
         async_result: list[object] = []
         writer = threading.Thread(
