@@ -68,7 +68,6 @@ from turnledger.domain.text import (
     check_turn_size,
 )
 from turnledger.domain.transcodings import register_legacy_transcodings
-from turnledger.domain.turn_texts import turn_sizes
 from turnledger.projections.ledger_rows import (
     ConversationRow,
     RowChanges,
@@ -80,6 +79,7 @@ from turnledger.projections.policy import WindowPolicy
 from turnledger.projections.queries import ConversationQueries, FoldStatus
 from turnledger.projections.read_side import ReadSide, current_fold
 from turnledger.projections.tokens import TokenCounter
+from turnledger.projections.turn_sizes import turn_sizes
 
 __all__ = [
     "MAX_HISTORY_PAGE",

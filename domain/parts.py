@@ -36,7 +36,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, TypeVar
 
 from turnledger.domain.errors import InvalidInputError
 from turnledger.domain.text import check_text
@@ -261,7 +261,8 @@ class ToolCall:
     """A function call the assistant made. `arguments` is JSON text of an object.
 
     The arguments are kept and sent exactly as given (never re-serialized,
-    never trimmed), except in Gemini bodies, whose API takes them as an object.
+    never trimmed), except in Anthropic and Gemini bodies, whose APIs take
+    them as an object.
     """
 
     call_id: str
@@ -468,12 +469,54 @@ def encode_parts(turn: TurnParts) -> str:
 
 
 def decode_parts(*, question: str, answer: str, parts_text: str | None) -> TurnParts:
-    """The turn from its opened texts (`parts_text` None: text-only)."""
-    if parts_text is None:
-        return TurnParts(question=question, answer=answer)
-    return TurnParts.from_documents(
-        question=question, answer=answer, parts=json.loads(parts_text)
+    """The turn from its opened texts (`parts_text` None: text-only).
+
+    The texts were checked when the turn was recorded and the vault opened
+    them authenticated (a changed byte fails to open), so they are rebuilt
+    without checking them again: a window reads many turns, and the checks
+    (JSON parsing of every argument, patterns) would cost more than the rest.
+    """
+    attachments: list[Attachment] = []
+    steps: list[AssistantStep] = []
+    for document in json.loads(parts_text) if parts_text is not None else ():
+        kind = document.pop("kind")
+        if kind == "attachment":
+            data = document.get("data")
+            if data is not None:
+                document["data"] = base64.b64decode(data)
+            attachments.append(_checked_before(Attachment, document))
+        else:
+            steps.append(_checked_before(_STEP_TYPES_BY_KIND[kind], document))
+    return _checked_before(
+        TurnParts,
+        {
+            "question": question,
+            "answer": answer,
+            "attachments": tuple(attachments),
+            "steps": tuple(steps),
+        },
     )
+
+
+def _checked_before(cls: type[_Part], values: dict[str, Any]) -> _Part:
+    """An instance of `cls` from values checked when the turn was recorded
+    (a field left out has the value None)."""
+    instance = object.__new__(cls)
+    for name in cls.__slots__:  # type: ignore[attr-defined]
+        _set(instance, name, values.get(name))
+    return instance
+
+
+_set = object.__setattr__
+
+
+_Part = TypeVar("_Part")
+_STEP_TYPES_BY_KIND: dict[str, type] = {
+    "assistant_text": AssistantText,
+    "refusal": Refusal,
+    "tool_call": ToolCall,
+    "tool_result": ToolResult,
+}
 
 
 def sha256_digest(data: bytes) -> str:

@@ -6,10 +6,8 @@ from collections.abc import Iterable
 from typing import Any
 from uuid import UUID
 
-from turnledger.domain.conversation import TurnSizes
 from turnledger.domain.parts import TurnParts, decode_parts
 from turnledger.domain.ports import TextVault
-from turnledger.domain.text import TextMetrics
 
 # The sealed fields of a turn's event, by the field name bound into each.
 _FIELDS = (
@@ -48,17 +46,3 @@ def open_turns(
             question=question, answer=answer, parts_text=parts_text
         )
     return turns
-
-
-def turn_sizes(turn: TurnParts) -> TurnSizes:
-    """The sizes the read side keeps of a turn (see TurnSizes)."""
-    question, answer = TextMetrics.of(turn.question), TextMetrics.of(turn.answer)
-    return TurnSizes(
-        question_json_bytes=question.json_bytes,
-        answer_json_bytes=answer.json_bytes,
-        question_chars=question.chars,
-        answer_chars=answer.chars,
-        parts_chars=None
-        if turn.text_only
-        else sum(len(text) for text in turn.texts()[1:-1]),
-    )

@@ -341,8 +341,7 @@ _READ_SIDE_DDL = [
     " PRIMARY KEY (conversation_id, position) DEFERRABLE INITIALLY DEFERRED,"
     " UNIQUE (conversation_id, turn_id) DEFERRABLE INITIALLY DEFERRED)",
     # Added with turn parts: NULL (a text-only turn) in rows written before.
-    "ALTER TABLE {schema}.conversation_turns "
-    "ADD COLUMN IF NOT EXISTS parts_chars integer",
+    "ALTER TABLE {schema}.conversation_turns ADD COLUMN IF NOT EXISTS parts_sizes text",
     "CREATE TABLE IF NOT EXISTS {schema}.conversation_folds ("
     " conversation_id uuid NOT NULL,"
     " fold_id text NOT NULL,"

@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from turnledger.domain.conversation import TurnSizes, TurnStatus
+from turnledger.domain.conversation import PartsSizes, TurnSizes, TurnStatus
 from turnledger.projections.ledger_rows import ConversationRow, FoldRow, TurnRow
 
 CONVERSATION_COLUMNS = (
@@ -17,13 +17,13 @@ CONVERSATION_COLUMNS = (
 TURN_COLUMNS = (
     "conversation_id, position, turn_id, status, version, recorded_at, "
     "question_json_bytes, answer_json_bytes, question_chars, answer_chars, "
-    "deleted_version, deleted_at, parts_chars"
+    "deleted_version, deleted_at, parts_sizes"
 )
 TURN_COLUMN_COUNT = TURN_COLUMNS.count(",") + 1
 # Erasing a deleted turn's sizes: nothing of its content stays on the read side.
 ERASE_TURN_SIZES = (
     "question_json_bytes = NULL, answer_json_bytes = NULL, "
-    "question_chars = NULL, answer_chars = NULL, parts_chars = NULL"
+    "question_chars = NULL, answer_chars = NULL, parts_sizes = NULL"
 )
 FOLD_COLUMNS = (
     "conversation_id, fold_id, version, recorded_at, covers_through_turn_id, "
@@ -71,7 +71,9 @@ def turn_row(row: Mapping[str, Any]) -> TurnRow:
             answer_json_bytes=int(row["answer_json_bytes"]),
             question_chars=int(row["question_chars"]),
             answer_chars=int(row["answer_chars"]),
-            parts_chars=None if row["parts_chars"] is None else int(row["parts_chars"]),
+            parts=None
+            if row["parts_sizes"] is None
+            else PartsSizes.decode(row["parts_sizes"]),
         )
     return TurnRow(
         conversation_id=_uuid(row["conversation_id"]),
@@ -117,7 +119,7 @@ def turn_values(turn: TurnRow, *, key: Any, time: Any) -> tuple[Any, ...]:
         None if sizes is None else sizes.answer_chars,
         turn.deleted_version,
         None if turn.deleted_at is None else time(turn.deleted_at),
-        None if sizes is None else sizes.parts_chars,
+        None if sizes is None or sizes.parts is None else sizes.parts.encode(),
     )
 
 

@@ -250,7 +250,7 @@ _READ_SIDE_SCHEMA = [
         answer_chars INTEGER,
         deleted_version INTEGER,
         deleted_at TEXT,
-        parts_chars INTEGER,
+        parts_sizes TEXT,
         PRIMARY KEY (conversation_id, position),
         UNIQUE (conversation_id, turn_id)
     ) WITHOUT ROWID
@@ -295,10 +295,8 @@ class SQLiteReadSideRecorder(SQLiteApplicationRecorder):
         # a text-only turn, in every existing row).
         with self.datastore.transaction(commit=True) as c:
             c.execute("PRAGMA table_info(conversation_turns)")
-            if "parts_chars" not in {row[1] for row in c.fetchall()}:
-                c.execute(
-                    "ALTER TABLE conversation_turns ADD COLUMN parts_chars INTEGER"
-                )
+            if "parts_sizes" not in {row[1] for row in c.fetchall()}:
+                c.execute("ALTER TABLE conversation_turns ADD COLUMN parts_sizes TEXT")
 
     def _insert_events(
         self, c: SQLiteCursor, stored_events: Sequence[StoredEvent], **kwargs: Any

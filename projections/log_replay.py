@@ -16,9 +16,9 @@ from uuid import UUID
 from turnledger.domain.conversation import Conversation, TurnSizes, fold_key_id
 from turnledger.domain.parts import decode_parts
 from turnledger.domain.text import TextMetrics
-from turnledger.domain.turn_texts import turn_sizes
 from turnledger.projections.ledger_rows import SummarySize, TurnRow, project_events
 from turnledger.projections.read_side import LedgerView
+from turnledger.projections.turn_sizes import turn_sizes
 
 # (conversation id, [(key id, field, sealed)]) -> texts, None where the key is gone
 OpenTexts = Callable[[UUID, Sequence[tuple[str, str, bytes]]], list[str | None]]

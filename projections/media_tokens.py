@@ -7,9 +7,9 @@ Images, with their pixel size known (Attachment.width/height):
 - Anthropic: fit the long edge in 1568, then width x height / 750.
 - Gemini: 258 when both sides are at most 384, else 258 per 768 x 768 tile.
 
-Without a pixel size, or for other files, these are estimates, and say so in
-the name of the method (`ESTIMATED`): an image of unknown size is taken as
-1024 x 1024 (OpenAI 765, Anthropic 1399, Gemini 516); any other file as one
+Without a pixel size, or for other files, these are estimates (docs/tools.md
+says so beside the table): an image of unknown size is taken as
+1024 x 1024 (OpenAI 765, Anthropic 1399, Gemini 1032); any other file as one
 token per 4 bytes of it; a file a format sends as a text note as that note's
 text. Tool calls and results are counted as their texts (name + arguments,
 content) by the window's counter: no provider documents the tokens of the

@@ -42,18 +42,18 @@ from turnledger.projections.tokens import (
     CharEstimate,
     TokenCounter,
     char_estimate,
-    needs_trim_by_chars,
 )
 from turnledger.projections.window import (
     Frame,
-    MessageSize,
     PairCandidate,
     Window,
     WindowPlan,
     WindowTurn,
     build_window,
+    candidate_from_sizes,
     frame_request,
     measure_pair,
+    needs_trim,
     plan_in_frame,
     prepare_fold,
     report_dropped,
@@ -324,30 +324,15 @@ class ConversationQueries:
         walked: list[TurnRow] = []
 
         def candidates() -> Iterator[PairCandidate]:
-            for row in self.walk(
+            rows = self.walk(
                 conversation_id, above=boundary, below=head.turn_count, as_of=version
-            ):
+            )
+            for row in rows:
                 walked.append(row)
                 sizes = row.sizes
-                if (
-                    from_metadata
-                    and sizes is not None
-                    and sizes.parts_chars is None
-                    and not (
-                        needs_trim_by_chars(sizes.question_chars, limit)
-                        or needs_trim_by_chars(sizes.answer_chars, limit)
-                    )
-                ):
-                    yield PairCandidate(
-                        row.turn_id,
-                        MessageSize(
-                            sizes.question_json_bytes,
-                            char_estimate(sizes.question_chars),
-                        ),
-                        MessageSize(
-                            sizes.answer_json_bytes, char_estimate(sizes.answer_chars)
-                        ),
-                        row.position,
+                if from_metadata and sizes is not None and not needs_trim(sizes, limit):
+                    yield candidate_from_sizes(
+                        row.turn_id, sizes, policy.wire_format, row.position
                     )
                     continue
                 candidate, as_sent = measure_pair(
@@ -446,7 +431,8 @@ class ConversationQueries:
             if row.sizes is not None:
                 tokens += char_estimate(row.sizes.question_chars)
                 tokens += char_estimate(row.sizes.answer_chars)
-                tokens += char_estimate(row.sizes.parts_chars or 0)
+                if row.sizes.parts is not None:
+                    tokens += char_estimate(row.sizes.parts.chars)
             if tokens > threshold:
                 break
         return tokens

@@ -25,11 +25,11 @@ message with one text holds a plain string, as in a text-only turn.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any, Protocol
 
 from turnledger.domain.parts import (
     AssistantStep,
+    AssistantText,
     Attachment,
     Refusal,
     ToolCall,
@@ -76,25 +76,6 @@ def data_url(attachment: Attachment) -> str:
     return f"data:{attachment.media_type};base64,{attachment.data_base64()}"
 
 
-def rounds(
-    steps: Sequence[AssistantStep],
-) -> list[tuple[list[AssistantStep], list[ToolResult]]]:
-    """Steps as rounds: (assistant steps, the results that follow them)."""
-    grouped: list[tuple[list[AssistantStep], list[ToolResult]]] = []
-    for step in steps:
-        if isinstance(step, ToolResult):
-            grouped[-1][1].append(step)  # parts.py: a result follows its call
-        elif not grouped or grouped[-1][1]:
-            grouped.append(([step], []))
-        else:
-            grouped[-1][0].append(step)
-    return grouped
-
-
-def _call_names(steps: Sequence[AssistantStep]) -> dict[str, str]:
-    return {s.call_id: s.name for s in steps if isinstance(s, ToolCall)}
-
-
 # OpenAI chat completions -------------------------------------------------------
 
 
@@ -125,40 +106,54 @@ def _chat_user(turn: TurnContent) -> dict[str, Any]:
 
 def openai_chat_turn(turn: TurnContent) -> list[dict[str, Any]]:
     messages = [_chat_user(turn)]
-    for assistant, results in rounds(turn.steps):
-        said = [s for s in assistant if not isinstance(s, ToolCall)]
-        calls = [s for s in assistant if isinstance(s, ToolCall)]
-        message: dict[str, Any] = {"role": "assistant"}
-        if len(said) == 1 and isinstance(said[0], Refusal):
-            message["content"] = None
-            message["refusal"] = said[0].text
-        elif len(said) == 1:
-            message["content"] = said[0].text  # type: ignore[union-attr]
-        elif said:
-            message["content"] = [
-                {"type": "refusal", "refusal": s.text}
-                if isinstance(s, Refusal)
-                else {"type": "text", "text": s.text}  # type: ignore[union-attr]
-                for s in said
-            ]
-        else:
-            message["content"] = None
-        if calls:
-            message["tool_calls"] = [
+    said: list[AssistantText | Refusal] = []  # the current run's texts, refusals
+    calls: list[dict[str, Any]] = []  # and its calls
+    for step in turn.steps:
+        if isinstance(step, ToolResult):
+            if said or calls:
+                messages.append(_chat_assistant(said, calls))
+                said, calls = [], []
+            messages.append(
+                {"role": "tool", "tool_call_id": step.call_id, "content": step.content}
+            )
+        elif isinstance(step, ToolCall):
+            calls.append(
                 {
-                    "id": call.call_id,
+                    "id": step.call_id,
                     "type": "function",
-                    "function": {"name": call.name, "arguments": call.arguments},
+                    "function": {"name": step.name, "arguments": step.arguments},
                 }
-                for call in calls
-            ]
-        messages.append(message)
-        messages += [
-            {"role": "tool", "tool_call_id": r.call_id, "content": r.content}
-            for r in results
-        ]
+            )
+        else:
+            said.append(step)
+    if said or calls:
+        messages.append(_chat_assistant(said, calls))
     messages.append({"role": "assistant", "content": turn.answer})
     return messages
+
+
+def _chat_assistant(
+    said: list[AssistantText | Refusal], calls: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """One run of assistant steps as one assistant message."""
+    message: dict[str, Any] = {"role": "assistant"}
+    if len(said) == 1 and isinstance(said[0], Refusal):
+        message["content"] = None
+        message["refusal"] = said[0].text
+    elif len(said) == 1:
+        message["content"] = said[0].text
+    elif said:
+        message["content"] = [
+            {"type": "refusal", "refusal": s.text}
+            if isinstance(s, Refusal)
+            else {"type": "text", "text": s.text}
+            for s in said
+        ]
+    else:
+        message["content"] = None
+    if calls:
+        message["tool_calls"] = calls
+    return message
 
 
 # OpenAI Responses --------------------------------------------------------------
@@ -251,41 +246,38 @@ def anthropic_turn(turn: TurnContent) -> list[dict[str, Any]]:
     user: list[dict[str, Any]] = [{"type": "text", "text": turn.question}]
     user += [_anthropic_attachment(a) for a in turn.attachments]
     messages: list[dict[str, Any]] = [{"role": "user", "content": _text_content(user)}]
-    trailing: list[dict[str, Any]] = []
-    for assistant, results in rounds(turn.steps):
-        blocks: list[dict[str, Any]] = []
-        for step in assistant:
-            if isinstance(step, ToolCall):
-                blocks.append(
-                    {
-                        "type": "tool_use",
-                        "id": step.call_id,
-                        "name": step.name,
-                        "input": step.arguments_object(),
-                    }
-                )
-            else:
-                blocks.append({"type": "text", "text": step.text})  # type: ignore[union-attr]
-        if not results:
-            trailing = blocks  # no calls answered: said with the final answer
-            continue
-        messages.append({"role": "assistant", "content": _text_content(blocks)})
-        messages.append(
-            {
-                "role": "user",
-                "content": [
-                    {
-                        "type": "tool_result",
-                        "tool_use_id": r.call_id,
-                        "content": r.content,
-                    }
-                    | ({"is_error": True} if r.is_error else {})
-                    for r in results
-                ],
+    run: list[dict[str, Any]] = []  # the current run's blocks
+    results: list[dict[str, Any]] | None = None  # the user message answering it
+    for step in turn.steps:
+        if isinstance(step, ToolResult):
+            if results is None:
+                messages.append({"role": "assistant", "content": _text_content(run)})
+                results, run = [], []
+                messages.append({"role": "user", "content": results})
+            block: dict[str, Any] = {
+                "type": "tool_result",
+                "tool_use_id": step.call_id,
+                "content": step.content,
             }
-        )
-    final = [*trailing, {"type": "text", "text": turn.answer}]
-    messages.append({"role": "assistant", "content": _text_content(final)})
+            if step.is_error:
+                block["is_error"] = True
+            results.append(block)
+            continue
+        results = None
+        if isinstance(step, ToolCall):
+            run.append(
+                {
+                    "type": "tool_use",
+                    "id": step.call_id,
+                    "name": step.name,
+                    "input": step.arguments_object(),
+                }
+            )
+        else:
+            run.append({"type": "text", "text": step.text})
+    # A run no result answered (text only) is said with the final answer.
+    run.append({"type": "text", "text": turn.answer})
+    messages.append({"role": "assistant", "content": _text_content(run)})
     return messages
 
 
@@ -312,45 +304,43 @@ def gemini_turn(turn: TurnContent) -> list[dict[str, Any]]:
     user: list[dict[str, Any]] = [{"text": turn.question}]
     user += [_gemini_attachment(a) for a in turn.attachments]
     contents: list[dict[str, Any]] = [{"role": "user", "parts": user}]
-    names = _call_names(turn.steps)
-    trailing: list[dict[str, Any]] = []
-    for assistant, results in rounds(turn.steps):
-        parts: list[dict[str, Any]] = []
-        for step in assistant:
-            if isinstance(step, ToolCall):
-                parts.append(
-                    {
-                        "functionCall": {
-                            "id": step.call_id,
-                            "name": step.name,
-                            "args": step.arguments_object(),
-                        }
+    names: dict[str, str] = {}
+    run: list[dict[str, Any]] = []
+    results: list[dict[str, Any]] | None = None
+    for step in turn.steps:
+        if isinstance(step, ToolResult):
+            if results is None:
+                contents.append({"role": "model", "parts": run})
+                results, run = [], []
+                contents.append({"role": "user", "parts": results})
+            results.append(
+                {
+                    "functionResponse": {
+                        "id": step.call_id,
+                        "name": names[step.call_id],
+                        "response": {
+                            "error" if step.is_error else "output": step.content
+                        },
                     }
-                )
-            else:
-                parts.append({"text": step.text})  # type: ignore[union-attr]
-        if not results:
-            trailing = parts
+                }
+            )
             continue
-        contents.append({"role": "model", "parts": parts})
-        contents.append(
-            {
-                "role": "user",
-                "parts": [
-                    {
-                        "functionResponse": {
-                            "id": r.call_id,
-                            "name": names[r.call_id],
-                            "response": {
-                                "error" if r.is_error else "output": r.content
-                            },
-                        }
+        results = None
+        if isinstance(step, ToolCall):
+            names[step.call_id] = step.name
+            run.append(
+                {
+                    "functionCall": {
+                        "id": step.call_id,
+                        "name": step.name,
+                        "args": step.arguments_object(),
                     }
-                    for r in results
-                ],
-            }
-        )
-    contents.append({"role": "model", "parts": [*trailing, {"text": turn.answer}]})
+                }
+            )
+        else:
+            run.append({"text": step.text})
+    run.append({"text": turn.answer})
+    contents.append({"role": "model", "parts": run})
     return contents
 
 

@@ -22,9 +22,11 @@ the window is always a suffix and the open edge only moves outward.
 
 Selection never serializes candidate suffixes. In every wire format a pair
 adds a constant plus the JSON-string sizes of its texts (see formats.py), and
-those sizes are recorded when a turn is confirmed; so the walk costs one
-addition per pair it keeps, whatever the length of the history, and only the
-pairs it keeps need to be decrypted.
+a turn with tool calls or attachments adds its own messages and one comma
+each; both are recorded when a turn is confirmed (a turn with parts: its
+bytes in every format), so the walk costs one addition per pair it keeps,
+whatever the length of the history, and only the pairs it keeps need to be
+decrypted. A turn is always whole: its tool calls go with their results.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from turnledger.domain.conversation import TurnSizes
 from turnledger.domain.errors import (
     MandatoryInputOverContextError,
     MandatoryInputTooLargeError,
@@ -59,6 +62,7 @@ from turnledger.projections.dropped import (
     TurnIdsUnavailableError,
 )
 from turnledger.projections.formats import (
+    WIRE_FORMATS,
     RequestParts,
     encode_json,
     label_fold,
@@ -72,6 +76,8 @@ from turnledger.projections.tokens import (
     CHAR_ESTIMATE,
     TokenCounter,
     Trimmed,
+    char_estimate,
+    needs_trim_by_chars,
     trim_text,
 )
 from turnledger.projections.turn_shapes import attachment_note, sent_as_note
@@ -419,6 +425,36 @@ _STEP_PARTS: dict[type, Literal["assistant_text", "tool_result", "refusal"]] = {
     ToolResult: "tool_result",
     Refusal: "refusal",
 }
+
+
+def candidate_from_sizes(
+    turn_id: str,
+    sizes: TurnSizes,
+    wire_format: str,
+    position: int | None = None,
+) -> PairCandidate:
+    """The candidate of an untrimmed turn from its recorded sizes (char/4)."""
+    question = MessageSize(
+        sizes.question_json_bytes, char_estimate(sizes.question_chars)
+    )
+    answer = MessageSize(sizes.answer_json_bytes, char_estimate(sizes.answer_chars))
+    steps = None
+    if sizes.parts is not None:
+        index = WIRE_FORMATS.index(wire_format)
+        steps = StepsSize(
+            wire_format, sizes.parts.turn_bytes[index], sizes.parts.tokens[index]
+        )
+    return PairCandidate(turn_id, question, answer, position, steps)
+
+
+def needs_trim(sizes: TurnSizes, max_tokens: int | None) -> bool:
+    """Whether a trim at `max_tokens` (char/4) would cut any text of the turn."""
+    longest = max(
+        sizes.question_chars,
+        sizes.answer_chars,
+        0 if sizes.parts is None else sizes.parts.longest_chars,
+    )
+    return needs_trim_by_chars(longest, max_tokens)
 
 
 def _trim_steps(

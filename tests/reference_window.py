@@ -8,11 +8,12 @@ path's sums, floor and stopping rule produce the very same bytes.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from turnledger.domain.errors import (
     MandatoryInputOverContextError,
     MandatoryInputTooLargeError,
+    WindowError,
 )
 from turnledger.domain.parts import (
     AssistantStep,
@@ -26,13 +27,35 @@ from turnledger.projections.media_tokens import file_tokens, image_tokens
 from turnledger.projections.policy import WindowPolicy
 from turnledger.projections.tokens import TokenCounter, trim_text
 from turnledger.projections.turn_shapes import attachment_note, sent_as_note
-from turnledger.projections.window import WindowFold, WindowTurn
+from turnledger.projections.window import (
+    Window,
+    WindowFold,
+    WindowTurn,
+    select_window,
+)
 
 
 class NaiveWindow(NamedTuple):
     body: bytes
     kept_turn_ids: tuple[str, ...]
     fold_dropped_reason: str | None  # "bytes" or "context" when a fold was not sent
+
+
+def both_windows(**arguments: Any) -> tuple[Window, NaiveWindow] | None:
+    """`select_window` and the reference on the same arguments; None when both
+    refuse with the same error (asserted), an AssertionError when only one does."""
+    try:
+        expected = naive_window(**arguments)
+    except WindowError as refused:
+        try:
+            select_window(**arguments)
+        except WindowError as error:
+            assert type(error) is type(refused)
+            return None
+        raise AssertionError(
+            "the fast path accepted what the reference refused"
+        ) from None
+    return select_window(**arguments), expected
 
 
 def naive_window(

@@ -261,9 +261,9 @@ def test_the_rebuilt_read_side_knows_which_turns_have_parts(
     view = rebuild_read_side(ledger)
     after = ledger.read_side.turns_by_id(conversation_id, ["t1", "t2", "t3"])
     assert after == before
-    assert before["t1"].sizes.parts_chars is None  # type: ignore[union-attr]
+    assert before["t1"].sizes.parts is None  # type: ignore[union-attr]
     assert (
-        before["t2"].sizes.parts_chars
+        before["t2"].sizes.parts.chars
         == sum(  # type: ignore[union-attr]
             len(text) for text in WEATHER.texts()[1:-1]
         )
@@ -279,7 +279,7 @@ def test_a_store_from_before_parts_gains_the_column_and_keeps_its_turns(
     conversation_id = ledger.start_conversation(OWNER)
     ledger.confirm_turn(OWNER, conversation_id, turn_id="t1", question="q", answer="a")
     ledger.close()
-    drop = "ALTER TABLE {}conversation_turns DROP COLUMN parts_chars"
+    drop = "ALTER TABLE {}conversation_turns DROP COLUMN parts_sizes"
     if settings.persistence == "sqlite":
         with sqlite3.connect(settings.sqlite_events_path) as connection:
             connection.execute(drop.format(""))

@@ -20,6 +20,7 @@ from turnledger.domain.errors import WindowError
 from turnledger.domain.parts import ToolCall, TurnParts
 from turnledger.infra.persistence import open_conversations
 from turnledger.infra.settings import Settings
+from turnledger.infra.tokenizers import token_counter
 from turnledger.projections.formats import WIRE_FORMATS
 from turnledger.projections.policy import WindowPolicy
 from turnledger.projections.tokens import CHAR_ESTIMATE
@@ -52,6 +53,7 @@ def recorded_histories(draw: st.DrawFn) -> list[tuple[str, TurnParts]]:
     wire_format=st.sampled_from(WIRE_FORMATS),
     max_bytes=st.integers(300, 20_000),
     max_message_tokens=st.none() | st.integers(2, 30),
+    use_real_tokenizer=st.booleans(),
 )
 def test_ledger_windows_equal_the_reference_and_audit_byte_exactly(
     history: list[tuple[str, TurnParts]],
@@ -59,7 +61,10 @@ def test_ledger_windows_equal_the_reference_and_audit_byte_exactly(
     wire_format: str,
     max_bytes: int,
     max_message_tokens: int | None,
+    use_real_tokenizer: bool,
 ) -> None:
+    # char/4 plans from recorded sizes; a real tokenizer reads and measures.
+    counter = token_counter("o200k_base") if use_real_tokenizer else CHAR_ESTIMATE
     ledger = open_conversations(Settings(_env_file=None, persistence="memory"))
     try:
         conversation_id = ledger.start_conversation(OWNER)
@@ -96,7 +101,7 @@ def test_ledger_windows_equal_the_reference_and_audit_byte_exactly(
                 turns=confirmed,
                 question=question,
                 policy=policy,
-                counter=CHAR_ESTIMATE,
+                counter=counter,
             )
         except WindowError:
             return
@@ -107,6 +112,7 @@ def test_ledger_windows_equal_the_reference_and_audit_byte_exactly(
             system="sys",
             model="m",
             policy=policy,
+            token_counter=counter,
         )
         window = projected.window
         assert window.body == expected.body
@@ -130,7 +136,7 @@ def test_ledger_windows_equal_the_reference_and_audit_byte_exactly(
             answer="a",
             window=projected,
         )
-        report = Auditor(ledger).audit()
+        report = Auditor(ledger, token_counters={counter.name: counter}).audit()
         assert report.ok, report.failures
         assert report.conversation(conversation_id).receipts_verified == 1
     finally:
