@@ -52,13 +52,15 @@ from turnledger.domain.parts import (
     ToolResult,
 )
 from turnledger.domain.results import MAX_HISTORY_PAGE
-from turnledger.infra.adapters.turns import TurnRecorder, text_of, url_attachment
+from turnledger.infra.adapters.turns import (
+    STAND_IN_QUESTION,
+    TurnRecorder,
+    text_of,
+    url_attachment,
+)
 from turnledger.projections.policy import WindowPolicy
 from turnledger.projections.tokens import TokenCounter
 from turnledger.projections.turn_shapes import openai_chat_turn
-
-# The question a history window is projected for: the smallest one.
-STAND_IN_QUESTION = "?"
 
 
 def window_messages(

@@ -47,13 +47,16 @@ from turnledger.domain.parts import (
     ToolResult,
     TurnParts,
 )
-from turnledger.infra.adapters.turns import TurnRecorder, text_of, url_attachment
+from turnledger.infra.adapters.turns import (
+    STAND_IN_QUESTION,
+    TurnRecorder,
+    text_of,
+    url_attachment,
+)
 from turnledger.projections.policy import WindowPolicy
 from turnledger.projections.tokens import TokenCounter
 from turnledger.projections.turn_shapes import openai_responses_turn
 
-# The question the window is projected for: history only, so the smallest one.
-STAND_IN_QUESTION = "?"
 _SKIPPED = frozenset({"reasoning"})
 
 
@@ -92,7 +95,9 @@ class TurnLedgerSession:
         async with self._lock:
             window = await asyncio.to_thread(self.window_items)
             items = window + self.turns.pending_items()
-        return items[-limit:] if limit is not None and limit > 0 else items
+        if limit is None:
+            return items
+        return items[-limit:] if limit > 0 else []
 
     async def add_items(self, items: list[Any]) -> None:
         async with self._lock:

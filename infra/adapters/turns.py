@@ -41,6 +41,10 @@ from turnledger.domain.results import DeletionReceipt, TurnReceipt
 
 Item = TypeVar("Item")
 
+# The question a history-only window is projected for: the smallest one, so
+# the window leaves the most room for history.
+STAND_IN_QUESTION = "?"
+
 # How far back pop looks for a readable confirmed turn (one history page).
 _POP_LOOKBACK = 200
 

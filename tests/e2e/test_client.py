@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 from uuid import uuid4
@@ -36,6 +36,7 @@ from turnledger.domain.parts import Attachment, ToolCall, ToolResult, TurnParts
 from turnledger.infra.client import (
     NO_RETRIES,
     AsyncClient,
+    Change,
     Client,
     MemoryCursorStore,
     RetryPolicy,
@@ -307,3 +308,34 @@ def test_an_unreachable_service_is_retried_then_reported(tmp_path: Path) -> None
         api.put_turn(uuid4(), "t1", question="q", answer="a")
     assert unreachable.value.attempts == 3 == len(attempts)
     assert attempts[2] - attempts[1] >= attempts[1] - attempts[0] >= 0.1
+
+
+def test_async_pull_awaits_a_coroutine_handler_and_follow_stops(
+    tmp_path: Path,
+) -> None:
+    settings = Settings(_env_file=None, persistence="sqlite", data_dir=tmp_path / "d")
+    token = device_token(settings)
+    server = start_server(settings, tmp_path / "server.log")
+
+    async def scenario() -> list[str]:
+        applied: list[str] = []
+
+        async def apply(changes: Sequence[Change]) -> None:
+            await asyncio.sleep(0)
+            applied.extend(change.kind for change in changes)
+
+        async with AsyncClient(server.base_url, token) as api:
+            chat = (await api.start_conversation()).conversation_id
+            await api.put_turn(chat, "t1", question="q", answer="a")
+            store = MemoryCursorStore()
+            # follow: long-polls until stop() is true (here after two changes)
+            await api.follow(store, apply, stop=lambda: len(applied) >= 2, timeout=1)
+            await api.put_turn(chat, "t2", question="q", answer="a")
+            assert await api.pull(store, apply) == 1
+        return applied
+
+    try:
+        applied = asyncio.run(scenario())
+    finally:
+        stop_server(server)
+    assert applied == ["conversation_started", "turn_recorded", "turn_recorded"]

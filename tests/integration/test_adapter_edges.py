@@ -147,3 +147,27 @@ def test_langchain_refuses_system_messages_and_calls_without_ids(
     assert item.parts.steps[-1] == ToolResult(
         call_id="c1", content="timeout", is_error=True
     )
+
+
+def test_the_fold_comes_first_in_both_adapters(memory_ledger: Conversations) -> None:
+    session = _session(memory_ledger)
+    for n in range(3):
+        _add(session, {"role": "user", "content": f"Q{n}"}, _answered(f"A{n}"))
+    first = memory_ledger.get_history(OWNER, session.conversation_id).items[0]
+    memory_ledger.record_fold(
+        OWNER,
+        session.conversation_id,
+        covers_through_turn_id=first.turn_id,
+        summary="Q0 was asked.",
+        summarized_version=4,
+    )
+    items = asyncio.run(session.get_items())
+    assert items[0]["role"] == "developer" and "Q0 was asked." in str(items[0])
+    assert [i["content"] for i in items[1:] if i["role"] == "user"] == ["Q1", "Q2"]
+    history = TurnLedgerChatHistory(
+        memory_ledger, OWNER, session.conversation_id, policy=session.policy
+    )
+    messages = history.messages
+    assert isinstance(messages[0], SystemMessage)
+    assert "Q0 was asked." in str(messages[0].content)
+    assert [m.content for m in messages if m.type == "human"] == ["Q1", "Q2"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from uuid import uuid4
+
 import httpx
 import pytest
 from hypothesis import given
@@ -115,3 +117,34 @@ def test_ready_answers_503_as_a_state_not_an_error() -> None:
         },
     )
     assert calls.ready().result(down).status == "unavailable"
+
+
+def test_which_calls_may_be_sent_again_after_an_ambiguous_failure() -> None:
+    conversation = uuid4()
+    retried = [
+        calls.start_conversation(None),
+        calls.put_turn(
+            conversation, "t1", question="q", answer="a", parts=None,
+            status="confirmed", expected_version=3,
+        ),
+        calls.delete_history(conversation, turn_ids=["t1"], expected_version=None),
+        calls.revoke_device("d1"),
+        calls.get_history(conversation, offset=0, limit=5),
+        calls.sync(since=None, timeout=0, limit=10),
+    ]  # fmt: skip
+    not_retried = [
+        calls.add_device("tablet"),
+        calls.record_fold(
+            conversation, covers_through_turn_id="t1", summary="s",
+            summarized_version=2, fold_id="f1", expected_version=None,
+        ),
+        calls.delete_history(conversation, turn_ids=None, expected_version=4),
+    ]  # fmt: skip
+    assert all(call.idempotent for call in retried)
+    assert not any(call.idempotent for call in not_retried)
+    # An unkeyed start is keyed by the client, so its retry names the same one.
+    key = calls.start_conversation(None).json["client_key"]
+    assert (
+        isinstance(key, str)
+        and key != calls.start_conversation(None).json["client_key"]
+    )
