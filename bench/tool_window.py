@@ -126,7 +126,8 @@ def run(settings: Settings, count: int, repeat: int) -> bool:
         text_id, tool_id = build(ledger, count)
         print(f"{settings.persistence}, {count:,} turns each, 50-turn window")
         print(
-            f"{'format':<20} {'text ms':>9} {'tools ms':>9} {'ratio':>7} {'bytes':>9}"
+            f"{'format':<20} {'text ms':>9} {'tools ms':>9} {'ratio':>7} "
+            f"{'text bytes':>11} {'tools bytes':>11}"
         )
         for wire_format in WIRE_FORMATS:
             policy = WindowPolicy(

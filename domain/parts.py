@@ -416,6 +416,22 @@ class TurnParts:
         check_text("answer", self.answer)
         _check_rounds(self.steps, complete=True)
 
+    def summary(self) -> str:
+        """One line naming the attachments and steps (not their text), e.g.
+        "image/png; call get_weather call_1; result call_1; refusal"."""
+        names = [a.media_type for a in self.attachments]
+        for step in self.steps:
+            if isinstance(step, ToolCall):
+                names.append(f"call {step.name} {step.call_id}")
+            elif isinstance(step, ToolResult):
+                failed = " (error)" if step.is_error else ""
+                names.append(f"result {step.call_id}{failed}")
+            elif isinstance(step, Refusal):
+                names.append("refusal")
+            else:
+                names.append("text")
+        return "; ".join(names)
+
     def inline_bytes(self) -> int:
         return sum(len(a.data) for a in self.attachments if a.data is not None)
 

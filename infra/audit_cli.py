@@ -269,7 +269,7 @@ def run_history(arguments: argparse.Namespace) -> int:
     table = Table(
         title=f"conversation {page.conversation_id} at version {page.version}"
     )
-    for column in ("#", "turn", "status", "recorded", "question", "answer"):
+    for column in ("#", "turn", "status", "recorded", "question", "steps", "answer"):
         table.add_column(column)
     for item in page.items:
         deleted = (
@@ -283,6 +283,7 @@ def run_history(arguments: argparse.Namespace) -> int:
             item.status.value,
             f"{item.recorded_at:%Y-%m-%d %H:%M:%S}",
             deleted if item.deleted else escape(item.question or ""),
+            "" if item.parts is None else escape(item.parts.summary()),
             deleted if item.deleted else escape(item.answer or ""),
         )
     console.print(table)

@@ -341,7 +341,12 @@ _READ_SIDE_DDL = [
     " PRIMARY KEY (conversation_id, position) DEFERRABLE INITIALLY DEFERRED,"
     " UNIQUE (conversation_id, turn_id) DEFERRABLE INITIALLY DEFERRED)",
     # Added with turn parts: NULL (a text-only turn) in rows written before.
-    "ALTER TABLE {schema}.conversation_turns ADD COLUMN IF NOT EXISTS parts_sizes text",
+    # Checked first: ALTER TABLE would lock the table at every start-up.
+    "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_attribute"
+    " WHERE attrelid = {turns_table}::regclass AND attname = 'parts_sizes'"
+    " AND NOT attisdropped) THEN"
+    " ALTER TABLE {schema}.conversation_turns ADD COLUMN parts_sizes text;"
+    " END IF; END $$",
     "CREATE TABLE IF NOT EXISTS {schema}.conversation_folds ("
     " conversation_id uuid NOT NULL,"
     " fold_id text NOT NULL,"
@@ -392,8 +397,15 @@ class PostgresReadSideRecorder(PostgresApplicationRecorder):
             sql.SQL(CONVERSATION_COLUMNS),
             sql.SQL(",".join(["%s"] * 8)),
         )
+        turns_table = sql.Literal(
+            sql.SQL("{}.{}")
+            .format(self._schema, sql.Identifier("conversation_turns"))
+            .as_string(None)
+        )
         self.sql_create_statements.extend(
-            sql.SQL(statement).format(schema=self._schema)  # type: ignore[arg-type]
+            sql.SQL(statement).format(  # type: ignore[arg-type]
+                schema=self._schema, turns_table=turns_table
+            )
             for statement in _READ_SIDE_DDL
         )
 

@@ -4,7 +4,8 @@ Images, with their pixel size known (Attachment.width/height):
 
 - OpenAI (both formats): the high-detail rule: fit in 2048 x 2048, scale the
   shortest side down to 768, then 85 + 170 per 512 x 512 tile.
-- Anthropic: fit the long edge in 1568, then width x height / 750.
+- Anthropic: fit the long edge in 1568, then width x height / 750, at most
+  1,600 (an image over about 1,600 tokens is scaled down first).
 - Gemini: 258 when both sides are at most 384, else 258 per 768 x 768 tile.
 
 Without a pixel size, or for other files, these are estimates (docs/tools.md
@@ -36,7 +37,8 @@ def _openai_image(width: int, height: int) -> int:
 
 def _anthropic_image(width: int, height: int) -> int:
     scale = min(1.0, 1568 / max(width, height))
-    return math.ceil((width * scale) * (height * scale) / 750)
+    # Larger images are scaled down to about 1,600 tokens before they count.
+    return min(math.ceil((width * scale) * (height * scale) / 750), 1600)
 
 
 def _gemini_image(width: int, height: int) -> int:

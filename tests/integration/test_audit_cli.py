@@ -196,3 +196,31 @@ def test_the_cli_verifies_receipts_made_with_a_real_tokenizer(
     assert main(["audit", "--json", str(report)]) == 0
     (detail,) = json.loads(report.read_text())["conversation_details"]
     assert detail["receipts"]["verified"] == 3
+
+
+@SQL_STORES
+def test_history_names_each_turns_steps(
+    configured: Settings,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from turnledger.domain.parts import ToolCall, ToolResult, TurnParts
+
+    monkeypatch.setenv("COLUMNS", "200")
+    ledger = open_conversations(configured)
+    try:
+        conversation_id = ledger.start_conversation("alice")
+        turn = TurnParts(
+            question="Weather?",
+            steps=(
+                ToolCall("call_1", "get_weather", "{}"),
+                ToolResult("call_1", "18C"),
+            ),
+            answer="18C.",
+        )
+        ledger.confirm_turn("alice", conversation_id, turn_id="t1", parts=turn)
+    finally:
+        ledger.close()
+    assert main(["history", str(conversation_id), "--owner", "alice", "--at", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "call get_weather call_1; result call_1" in out

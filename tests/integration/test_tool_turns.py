@@ -15,8 +15,13 @@ from tests.conftest import durable_stores
 from tests.tool_pairing import pairing_problems
 from turnledger.domain.application import Conversations
 from turnledger.domain.audit import Auditor
+from turnledger.domain.chain import decode_envelope
 from turnledger.domain.conversation import TurnStatus
-from turnledger.domain.errors import InvalidInputError, TurnConflictError
+from turnledger.domain.errors import (
+    InvalidInputError,
+    TurnConflictError,
+    TurnTooLargeError,
+)
 from turnledger.domain.export import export_records
 from turnledger.domain.parts import (
     AssistantText,
@@ -315,3 +320,43 @@ def test_export_and_replay_carry_every_part(ledger: Conversations) -> None:
         ledger.get_history(OWNER, conversation_id).items[2].parts,
     ]
     assert past.items[0].parts is None  # deleted since: never brought back
+
+
+def test_text_only_turns_are_stored_as_before_and_parts_in_one_more_blob(
+    ledger: Conversations,
+) -> None:
+    conversation_id = ledger.start_conversation(OWNER)
+    ledger.confirm_turn(OWNER, conversation_id, turn_id="t1", question="q", answer="a")
+    ledger.confirm_turn(OWNER, conversation_id, turn_id="t2", parts=WEATHER)
+    stored = ledger.recorder.select_events(conversation_id)[1:]
+    envelopes = [decode_envelope(row.state) for row in stored]
+    # No new field, no new class version: readers of the release before
+    # parts decode a text-only turn written now, and the reverse.
+    assert [sorted(e.blobs) for e in envelopes] == [
+        ["sealed_answer", "sealed_question"],
+        ["sealed_answer", "sealed_parts", "sealed_question"],
+    ]
+    assert [e.class_version for e in envelopes] == [2, 2]
+    assert b"parts" not in envelopes[0].json
+
+
+def test_the_turn_limit_counts_step_texts_and_inline_bytes(
+    ledger: Conversations,
+) -> None:
+    conversation_id = ledger.start_conversation(OWNER)
+    ledger.max_turn_bytes = 100
+    over_by_steps = TurnParts(
+        question="q" * 10,
+        steps=(ToolCall("c1", "f", "{}"), ToolResult("c1", "r" * 85)),
+        answer="a" * 5,
+    )
+    data = bytes(90)
+    over_by_bytes = TurnParts(
+        question="q" * 10,
+        attachments=(Attachment(media_type="image/png", byte_size=90, data=data),),
+        answer="a",
+    )
+    for turn in (over_by_steps, over_by_bytes):
+        with pytest.raises(TurnTooLargeError):
+            ledger.confirm_turn(OWNER, conversation_id, turn_id="t1", parts=turn)
+    assert ledger.get_conversation(OWNER, conversation_id).turn_count == 0

@@ -31,7 +31,8 @@ def image(width: int | None, height: int | None) -> Attachment:
         ("openai-chat", (4096, 8192), 1105),
         # Anthropic: width x height / 750, the long edge fitted in 1568.
         ("anthropic-messages", (1000, 1000), 1334),
-        ("anthropic-messages", (3136, 1568), 1640),
+        ("anthropic-messages", (3136, 1568), 1600),
+        ("anthropic-messages", (1092, 1092), 1590),
         # Gemini: 258 up to 384 x 384, else 258 a 768 x 768 tile.
         ("gemini-contents", (384, 384), 258),
         ("gemini-contents", (1000, 1000), 1032),

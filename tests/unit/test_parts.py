@@ -167,3 +167,20 @@ def test_parts_round_trip_through_their_sealed_form() -> None:
     )
     # Arguments keep their exact text (spaces included).
     assert '{ \\"a\\" : 1 }' in encode_parts(turn)
+
+
+def test_the_summary_names_parts_without_their_text() -> None:
+    turn = TurnParts(
+        question="secret question",
+        answer="secret answer",
+        attachments=(image(),),
+        steps=(
+            AssistantText("secret"),
+            ToolCall("c1", "lookup", '{"q": "secret"}'),
+            ToolResult("c1", "secret", is_error=True),
+            Refusal("secret"),
+        ),
+    )
+    assert turn.summary() == (
+        "image/png; text; call lookup c1; result c1 (error); refusal"
+    )
