@@ -150,6 +150,7 @@ async def _the_runner_stores_tool_using_turns_and_is_sent_the_window(
     ]
     history = ledger.get_history(OWNER, session.conversation_id).items
     assert [item.status for item in history] == [TurnStatus.CONFIRMED] * 3
+    assert all(item.turn_id.startswith("turn-") for item in history)
     first = history[0].parts
     assert first is not None
     assert first.question == "Weather in Paris?"

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from turnledger.infra.client import calls
 from turnledger.infra.client.errors import ServiceError
 from turnledger.infra.client.retry import Attempts, RetryPolicy, ServiceUnreachableError
+from turnledger.infra.client.sync_client import request_options
 
 POLICY = RetryPolicy(attempts=4, initial_delay=0.1, max_delay=1.0, max_elapsed=10)
 REQUEST = httpx.Request("PUT", "http://service/v1/x")
@@ -148,3 +149,12 @@ def test_which_calls_may_be_sent_again_after_an_ambiguous_failure() -> None:
         isinstance(key, str)
         and key != calls.start_conversation(None).json["client_key"]
     )
+
+
+def test_a_long_poll_gets_a_read_deadline_longer_than_its_wait() -> None:
+    timeout = httpx.Timeout(30.0, connect=5.0)
+    assert "timeout" not in request_options(
+        calls.sync(since=None, timeout=0, limit=1), timeout
+    )
+    options = request_options(calls.sync(since=None, timeout=60, limit=1), timeout)
+    assert options["timeout"].read > 60 and options["timeout"].connect == 5.0
