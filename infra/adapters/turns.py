@@ -97,15 +97,14 @@ class TurnRecorder(Generic[Item]):
         """Add one message of the assistant or a tool, holding `steps`; a
         message that cannot be added raises and leaves the turn as it was."""
         pending = self._pending(what="reply")
-        open_calls = pending.open_calls()
-        for step in steps:
-            if isinstance(step, ToolResult):
-                if step.call_id not in open_calls:
-                    raise InvalidInputError(
-                        "tool result",
-                        f"answers no open call of this turn ({step.call_id})",
-                    )
-                open_calls.discard(step.call_id)
+        # The parts' own rules (a result answers an open call of the run just
+        # before it, call ids unique) checked now, so that the turn can always
+        # be recorded, confirmed or abandoned.
+        TurnParts(
+            question=pending.question,
+            attachments=pending.attachments,
+            steps=(*pending.steps, *steps),
+        )
         pending.steps.extend(steps)
         pending.items.append((item, len(steps)))
 

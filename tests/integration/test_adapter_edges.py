@@ -171,3 +171,21 @@ def test_the_fold_comes_first_in_both_adapters(memory_ledger: Conversations) -> 
     assert isinstance(messages[0], SystemMessage)
     assert "Q0 was asked." in str(messages[0].content)
     assert [m.content for m in messages if m.type == "human"] == ["Q1", "Q2"]
+
+
+def test_a_message_breaking_the_turn_rules_is_refused_and_the_turn_still_records(
+    memory_ledger: Conversations,
+) -> None:
+    history = TurnLedgerChatHistory(
+        memory_ledger, OWNER, memory_ledger.start_conversation(OWNER)
+    )
+    call = AIMessage("", tool_calls=[{"name": "weather", "args": {}, "id": "c1"}])
+    history.add_messages([HumanMessage("Weather?"), call])
+    with pytest.raises(InvalidInputError):
+        history.add_message(call)  # the same call id again
+    history.add_message(ToolMessage("sunny", tool_call_id="c1"))
+    with pytest.raises(InvalidInputError):
+        history.add_message(ToolMessage("sunny", tool_call_id="c1"))  # answered
+    history.add_message(AIMessage("Sunny."))
+    (item,) = memory_ledger.get_history(OWNER, history.turns.conversation_id).items
+    assert item.status == TurnStatus.CONFIRMED and item.answer == "Sunny."
