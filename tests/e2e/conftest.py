@@ -55,9 +55,9 @@ def settings_env(settings: Settings) -> dict[str, str]:
     return env
 
 
-def start_server(settings: Settings, log: Path) -> Server:
-    port = free_port()
-    handle = log.open("wb")
+def start_server(settings: Settings, log: Path, *, port: int | None = None) -> Server:
+    port = port or free_port()
+    handle = log.open("ab")
     process = subprocess.Popen(
         [
             sys.executable,

@@ -1,0 +1,232 @@
+"""LangChain's chat message history over a turnledger conversation, and the
+window as LangChain messages.
+
+    history = TurnLedgerChatHistory(ledger, "alice", conversation_id)
+    history.add_messages([HumanMessage("Weather in Paris?"), ai_with_tool_calls,
+                          ToolMessage("18", tool_call_id="call_1"),
+                          AIMessage("It is 18 °C.")])
+    messages = window_messages(ledger, "alice", conversation_id,
+                               question="And tomorrow?", model="gpt-4o-mini")
+
+Needs the `langchain` extra (`langchain-core`). Semantics (docs/adapters.md):
+
+- `add_messages`: a `HumanMessage` begins a turn; an `AIMessage`'s text and
+  `tool_calls`, and each `ToolMessage`, are its steps; an `AIMessage` without
+  tool calls, once every call has its `ToolMessage`, is the final answer and
+  confirms the turn. A `HumanMessage` while a turn is open records that turn
+  as abandoned (`stopped`) first. System messages are not stored (they are
+  the window's `system`).
+- `messages`: without a policy, every confirmed turn that is not deleted,
+  oldest first, then the open turn; with `policy=`, the window's history
+  under it (whole turns that fit, the fold first as a `SystemMessage`).
+  Either way an `AIMessage` with `tool_calls` is followed by the
+  `ToolMessage` of each call.
+- `clear()`: deletes every turn (purged like any deletion).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+from uuid import UUID
+
+from langchain_core.chat_history import BaseChatMessageHistory
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    ToolMessage,
+    convert_to_messages,
+)
+
+from turnledger.domain.application import Conversations
+from turnledger.domain.conversation import TurnStatus
+from turnledger.domain.errors import InvalidInputError
+from turnledger.domain.parts import (
+    AssistantStep,
+    AssistantText,
+    Attachment,
+    Refusal,
+    ToolCall,
+    ToolResult,
+)
+from turnledger.domain.results import MAX_HISTORY_PAGE
+from turnledger.infra.adapters.turns import (
+    STAND_IN_QUESTION,
+    TurnRecorder,
+    text_of,
+    url_attachment,
+)
+from turnledger.projections.policy import WindowPolicy
+from turnledger.projections.tokens import TokenCounter
+from turnledger.projections.turn_shapes import openai_chat_turn
+
+
+def window_messages(
+    ledger: Conversations,
+    owner_id: str,
+    conversation_id: UUID,
+    *,
+    question: str,
+    model: str,
+    system: str = "",
+    policy: WindowPolicy | None = None,
+    token_counter: TokenCounter | None = None,
+) -> list[BaseMessage]:
+    """The window for `question` as LangChain messages, ready for `invoke`:
+    the system message, the fold (if any), the whole turns that fit, and the
+    question last. It is the window's OpenAI chat body (docs/window.md)
+    converted by LangChain's own `convert_to_messages`."""
+    chat_policy = (policy or WindowPolicy()).model_copy(
+        update={"wire_format": "openai-chat"}
+    )
+    projected = ledger.project_window(
+        owner_id,
+        conversation_id,
+        question=question,
+        system=system,
+        model=model,
+        policy=chat_policy,
+        token_counter=token_counter,
+    )
+    return convert_to_messages(json.loads(projected.window.body)["messages"])
+
+
+class TurnLedgerChatHistory(BaseChatMessageHistory):
+    """A `BaseChatMessageHistory` keeping its messages as turnledger turns."""
+
+    def __init__(
+        self,
+        ledger: Conversations,
+        owner_id: str,
+        conversation_id: UUID,
+        *,
+        policy: WindowPolicy | None = None,
+        model: str = "gpt-4o-mini",
+        system: str = "",
+        token_counter: TokenCounter | None = None,
+    ) -> None:
+        self.turns: TurnRecorder[BaseMessage] = TurnRecorder(
+            ledger, owner_id, conversation_id
+        )
+        self.policy = policy
+        self.model = model
+        self.system = system
+        self.token_counter = token_counter
+
+    @property
+    def messages(self) -> list[BaseMessage]:  # type: ignore[override]
+        recorded = (
+            self._whole_history() if self.policy is None else self._window_history()
+        )
+        return recorded + self.turns.pending_items()
+
+    def add_messages(self, messages: Sequence[BaseMessage]) -> None:
+        for message in messages:
+            self._add(message)
+
+    def clear(self) -> None:
+        self.turns.clear()
+
+    def _add(self, message: BaseMessage) -> None:
+        turns = self.turns
+        if isinstance(message, HumanMessage):
+            question, attachments = _human_input(message.content)
+            turns.begin(question, attachments, message)
+        elif isinstance(message, AIMessage):
+            turns.add(_ai_steps(message), message)
+            if not message.tool_calls and turns.can_confirm():
+                turns.confirm()
+        elif isinstance(message, ToolMessage):
+            result = ToolResult(
+                call_id=message.tool_call_id,
+                content=_text(message.content),
+                is_error=message.status == "error",
+            )
+            turns.add([result], message)
+        else:
+            raise InvalidInputError(
+                "messages",
+                f"a {type(message).__name__} cannot be stored: turns hold human, "
+                "AI and tool messages (system instructions are the window's system)",
+            )
+
+    def _whole_history(self) -> list[BaseMessage]:
+        ledger, owner, conversation = (
+            self.turns.ledger,
+            self.turns.owner_id,
+            self.turns.conversation_id,
+        )
+        documents: list[dict[str, Any]] = []
+        offset: int | None = 0
+        while offset is not None:
+            page = ledger.get_history(
+                owner, conversation, offset=offset, limit=MAX_HISTORY_PAGE
+            )
+            for item in page.items:
+                if item.status == TurnStatus.CONFIRMED and item.parts is not None:
+                    documents += openai_chat_turn(item.parts)
+            offset = page.next_offset
+        return convert_to_messages(documents)
+
+    def _window_history(self) -> list[BaseMessage]:
+        window = window_messages(
+            self.turns.ledger,
+            self.turns.owner_id,
+            self.turns.conversation_id,
+            question=STAND_IN_QUESTION,
+            model=self.model,
+            system=self.system,
+            policy=self.policy,
+            token_counter=self.token_counter,
+        )
+        # An openai-chat body always begins with the system message (empty or
+        # not) and ends with the question: the history is what is between.
+        return window[1:-1]
+
+
+def _text(content: str | list[Any]) -> str:
+    if isinstance(content, str):
+        return content
+    return text_of([_block(part) for part in content], ("text",))
+
+
+def _block(part: Any) -> dict[str, Any]:
+    return part if isinstance(part, dict) else {"type": "text", "text": str(part)}
+
+
+def _human_input(content: str | list[Any]) -> tuple[str, tuple[Attachment, ...]]:
+    if isinstance(content, str):
+        return content, ()
+    blocks = [_block(part) for part in content]
+    attachments = tuple(
+        _image(block) for block in blocks if block.get("type") == "image_url"
+    )
+    return text_of(blocks, ("text",)), attachments
+
+
+def _image(block: dict[str, Any]) -> Attachment:
+    image = block["image_url"]
+    return url_attachment(image["url"] if isinstance(image, dict) else str(image))
+
+
+def _ai_steps(message: AIMessage) -> list[AssistantStep]:
+    steps: list[AssistantStep] = []
+    refusal = message.additional_kwargs.get("refusal")
+    if isinstance(refusal, str) and refusal:
+        steps.append(Refusal(refusal))
+    text = _text(message.content)
+    if text or not (steps or message.tool_calls):
+        steps.append(AssistantText(text))
+    for call in message.tool_calls:
+        if not call.get("id"):
+            raise InvalidInputError("tool_calls", "a tool call without an id")
+        steps.append(
+            ToolCall(
+                call_id=str(call["id"]),
+                name=call["name"],
+                arguments=json.dumps(call["args"], ensure_ascii=False),
+            )
+        )
+    return steps
