@@ -253,14 +253,39 @@ class ConnectionPeak:
                 capture_output=True,
                 text=True,
             ).stdout
-            held = sum(f"pid={self._pid}," in line for line in listing.splitlines())
+            members = [f"pid={member}," for member in process_tree(self._pid)]
+            held = sum(
+                any(member in line for member in members)
+                for line in listing.splitlines()
+            )
             self.peak = max(self.peak, held)
 
 
+def process_tree(pid: int) -> list[int]:
+    """`pid` and its descendants (`--server-workers` runs workers as children)."""
+    found, pending = [], [pid]
+    while pending:
+        current = pending.pop()
+        found.append(current)
+        for children in Path(f"/proc/{current}/task").glob("*/children"):
+            try:
+                pending.extend(int(child) for child in children.read_text().split())
+            except FileNotFoundError:
+                continue
+    return found
+
+
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far, from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """User + system CPU time of a process and its workers so far, from /proc."""
+    total = 0
+    for member in process_tree(pid):
+        try:
+            stat = Path(f"/proc/{member}/stat").read_text()
+        except FileNotFoundError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def head_cursors(base_url: str, tokens: list[str]) -> list[str]:

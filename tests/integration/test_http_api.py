@@ -142,6 +142,11 @@ def test_a_missing_or_bad_token_is_a_401_and_writes_nothing(
     ):
         assert response.status_code == 401
         assert response.json()["error"]["code"] == "unauthenticated"
+    # A turn write checks its token in the write's own call, after the body's
+    # validation (docs/sync.md): with a malformed body too, it is a 422.
+    malformed = api.http.put(turn_url(api), headers=headers, json={"question": 1})
+    assert malformed.status_code == 422
+    assert malformed.json()["error"]["code"] == "invalid_request"
     assert api.head() == before
 
 
