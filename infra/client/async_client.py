@@ -24,6 +24,7 @@ from turnledger.infra.client.sync_client import (
     DEFAULT_TIMEOUT,
     auth_headers,
     request_options,
+    with_position,
 )
 from turnledger.infra.client.sync_loop import Change, SyncStep
 from turnledger.infra.http.app import HealthOut, ReadyOut
@@ -42,6 +43,7 @@ from turnledger.infra.http.schemas import (
     TurnReceiptOut,
     WindowOut,
 )
+from turnledger.infra.http.service import POSITION_HEADER
 from turnledger.projections.policy import WindowPolicy
 
 T = TypeVar("T")
@@ -67,6 +69,9 @@ class AsyncClient:
         self._http = http or httpx.AsyncClient(timeout=timeout)
         self._base_url = base_url.rstrip("/")
         self._headers = auth_headers(token)
+        self.position: str | None = None
+        """The last `TurnLedger-Position` the service sent, sent back with every
+        request: reads served by a replica then include this client's writes."""
 
     async def aclose(self) -> None:
         if self._owned:
@@ -90,12 +95,13 @@ class AsyncClient:
                 response = await self._http.request(
                     call.method,
                     self._base_url + call.path,
-                    headers=self._headers,
+                    headers=with_position(self._headers, self.position),
                     **request_options(call, self._timeout),
                 )
             except httpx.TransportError as error:
                 wait = attempts.after_error(error)
             else:
+                self.position = response.headers.get(POSITION_HEADER, self.position)
                 retry_in = attempts.after_response(response)
                 if retry_in is None:
                     return call.result(response)

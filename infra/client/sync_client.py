@@ -36,6 +36,7 @@ from turnledger.infra.http.schemas import (
     TurnReceiptOut,
     WindowOut,
 )
+from turnledger.infra.http.service import POSITION_HEADER
 from turnledger.projections.policy import WindowPolicy
 
 T = TypeVar("T")
@@ -62,6 +63,12 @@ def auth_headers(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
+def with_position(headers: dict[str, str], position: str | None) -> dict[str, str]:
+    """The request's headers, with the last position the service sent (docs/sync.md:
+    reads on a replica)."""
+    return headers if position is None else {**headers, POSITION_HEADER: position}
+
+
 class Client:
     """A device's view of the service: `token` is its bearer token.
 
@@ -84,6 +91,9 @@ class Client:
         self._http = http or httpx.Client(timeout=timeout)
         self._base_url = base_url.rstrip("/")
         self._headers = auth_headers(token)
+        self.position: str | None = None
+        """The last `TurnLedger-Position` the service sent, sent back with every
+        request: reads served by a replica then include this client's writes."""
 
     def close(self) -> None:
         if self._owned:
@@ -107,12 +117,13 @@ class Client:
                 response = self._http.request(
                     call.method,
                     self._base_url + call.path,
-                    headers=self._headers,
+                    headers=with_position(self._headers, self.position),
                     **request_options(call, self._timeout),
                 )
             except httpx.TransportError as error:
                 wait = attempts.after_error(error)
             else:
+                self.position = response.headers.get(POSITION_HEADER, self.position)
                 retry_in = attempts.after_response(response)
                 if retry_in is None:
                     return call.result(response)

@@ -16,7 +16,6 @@ from uuid import UUID
 import httpx
 import pytest
 
-from tests.e2e import cluster as clusters
 from tests.e2e.cluster import PrivateCluster, private_cluster
 from tests.e2e.conftest import free_port, start_server, stop_server
 from turnledger.domain.errors import DatabaseUnavailableError
@@ -30,9 +29,8 @@ OUTAGE_SECONDS = 4.0
 
 
 @pytest.fixture
-def cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[PrivateCluster]:
-    monkeypatch.setattr(clusters, "PORTS", range(55480, 55500))
-    with private_cluster() as running:
+def cluster() -> Iterator[PrivateCluster]:
+    with private_cluster(range(55480, 55490)) as running:
         yield running
 
 
