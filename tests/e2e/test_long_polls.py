@@ -53,7 +53,10 @@ def test_a_stopping_service_answers_100_long_polls_at_once_and_exits_in_2_s(
     ]
     for thread in threads:
         thread.start()
-    time.sleep(2.0)  # every long-poll is waiting
+    # Every long-poll connected (on a loaded machine 100 threads take a while
+    # to get there), then a moment for the last requests to reach the handler.
+    wait_for_connections(server, LONG_POLLS, seconds=30)
+    time.sleep(1.0)
     assert not answers
     stopping = time.monotonic()
     server.process.send_signal(signal.SIGTERM)
@@ -67,6 +70,33 @@ def test_a_stopping_service_answers_100_long_polls_at_once_and_exits_in_2_s(
     print(f"stopped in {stopped:.2f} s; last long-poll answered after {slowest:.2f} s")
     assert stopped < 2.0, stopped
     assert slowest < 2.0, slowest
+
+
+def established_connections(port: int) -> int:
+    """Connections to `port` on this machine that the server has accepted
+    (Linux: /proc/net/tcp and tcp6, state 01 = ESTABLISHED)."""
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as lines:
+                next(lines)
+                for line in lines:
+                    fields = line.split()
+                    local_port = int(fields[1].rsplit(":", 1)[1], 16)
+                    if local_port == port and fields[3] == "01":
+                        count += 1
+        except FileNotFoundError:
+            continue
+    return count
+
+
+def wait_for_connections(server: Server, count: int, *, seconds: float) -> None:
+    port = httpx.URL(server.base_url).port
+    assert port is not None
+    deadline = time.monotonic() + seconds
+    while established_connections(port) < count:
+        assert time.monotonic() < deadline, "the long-polls never all connected"
+        time.sleep(0.05)
 
 
 @pytest.mark.parametrize("revoked_through", ["same process", "other process"])
