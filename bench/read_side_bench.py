@@ -77,9 +77,11 @@ PHRASES = [
 HIGHEST_ID = UUID("ffffffff-ffff-4fff-bfff-ffffffffffff")
 
 # The child process of part 2: open the ledger from TURNLEDGER_* alone, then
-# time its first window. Peak RSS is the child's own high-water mark.
+# time its first window. Peak RSS is the child's own high-water mark: VmHWM of
+# its address space (getrusage's ru_maxrss would keep the parent's peak, which
+# Linux carries across fork and exec).
 CHILD_CODE = """
-import json, resource, sys, time, uuid
+import json, sys, time, uuid
 started = time.perf_counter()
 from turnledger.infra.persistence import open_conversations
 from turnledger.infra.settings import Settings
@@ -100,7 +102,10 @@ print(json.dumps({
     "open_ms": (opened - started) * 1000,
     "kept": len(projected.window.kept_turn_ids),
     "version": projected.ledger_version,
-    "peak_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+    "peak_rss_kb": next(
+        int(line.split()[1]) for line in open("/proc/self/status")
+        if line.startswith("VmHWM:")
+    ),
 }))
 """
 
