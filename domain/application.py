@@ -110,7 +110,10 @@ class Conversations(Application[UUID]):
         vault: TextVault,
         max_turn_bytes: int = DEFAULT_MAX_TURN_BYTES,
         max_batch: int = 64,
+        max_batches_in_flight: int = 1,
     ) -> None:
+        """`max_batches_in_flight` above one lets a batch be prepared while the
+        previous one commits: for a store whose transactions can overlap."""
         self._vault = vault
         self.max_turn_bytes = max_turn_bytes
         self._recent_digests = RecentDigests()
@@ -138,7 +141,10 @@ class Conversations(Application[UUID]):
             ),
         )
         self._committer: GroupCommitter[Write] = GroupCommitter(
-            self._writes.commit_batch, max_batch=max_batch
+            self._writes.commit_batch,
+            key=lambda write: write.conversation_id,
+            max_batch=max_batch,
+            max_in_flight=max_batches_in_flight,
         )
         self.purge = PurgeRunner(self, vault.purge_view)
 

@@ -11,6 +11,7 @@ the save fails, the writes are redone one by one, each reloaded.
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -92,14 +93,17 @@ class BatchWriter:
         self.save = save
         self.stored_digest = stored_digest
         # Per conversation, the aggregate and row of this process's last write.
+        # Batches in flight at once hold disjoint conversations, but share this.
         self._kept: OrderedDict[UUID, tuple[Conversation, ConversationRow]] = (
             OrderedDict()
         )
+        self._kept_lock = threading.Lock()
 
     def commit_batch(self, pending: Sequence[Pending[Write]]) -> None:
         """Run the writes against their conversations and save them together.
 
-        Called by one thread at a time (the group committer's leader).
+        Called by the group committer's leaders, never with one conversation
+        in two calls at a time.
         """
         if len(pending) == 1:
             self._commit_alone(pending[0])
@@ -164,8 +168,9 @@ class BatchWriter:
                 self.save(*to_save, batch=batch)
             except BaseException:
                 # Nothing was saved: what was kept of these may be stale now.
-                for conversation_id in batch.aggregates:
-                    self._kept.pop(conversation_id, None)
+                with self._kept_lock:
+                    for conversation_id in batch.aggregates:
+                        self._kept.pop(conversation_id, None)
                 raise
         for conversation_id, aggregate in batch.aggregates.items():
             head = batch.new_heads.get(conversation_id) or batch.heads.get(
@@ -180,7 +185,7 @@ class BatchWriter:
         heads = {}
         for request in pending:
             write = request.work
-            kept = self._kept.get(write.conversation_id)
+            kept = self._kept_for(write.conversation_id)
             if not write.optimistic or kept is None:
                 return None
             heads[write.conversation_id] = kept[1]
@@ -208,7 +213,7 @@ class BatchWriter:
             raise ConversationNotFoundError(conversation_id)
         if write.creates:
             return None
-        kept = self._kept.get(conversation_id)
+        kept = self._kept_for(conversation_id)
         if kept is not None and kept[0].version == head.version:
             aggregate = kept[0]
         else:
@@ -220,13 +225,20 @@ class BatchWriter:
         batch.aggregates[conversation_id] = aggregate
         return aggregate
 
+    def _kept_for(
+        self, conversation_id: UUID
+    ) -> tuple[Conversation, ConversationRow] | None:
+        with self._kept_lock:
+            return self._kept.get(conversation_id)
+
     def _keep(
         self, conversation_id: UUID, aggregate: Conversation, head: ConversationRow
     ) -> None:
-        self._kept[conversation_id] = (aggregate, head)
-        self._kept.move_to_end(conversation_id)
-        while len(self._kept) > _AGGREGATES_KEPT:
-            self._kept.popitem(last=False)
+        with self._kept_lock:
+            self._kept[conversation_id] = (aggregate, head)
+            self._kept.move_to_end(conversation_id)
+            while len(self._kept) > _AGGREGATES_KEPT:
+                self._kept.popitem(last=False)
 
 
 def aggregate_from_row(row: ConversationRow) -> Conversation:

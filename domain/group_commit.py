@@ -1,11 +1,21 @@
 """Group commit: writes from many threads saved in shared transactions.
 
-A caller queues its write and waits. Whoever finds no commit in progress
-becomes the leader: it takes every queued write (up to `max_batch`), commits
+A caller queues its write and waits. Whoever finds a free commit slot becomes
+a leader: it takes the queued writes it may take (up to `max_batch`), commits
 them together, and hands each caller its own result or error; callers that
 arrived meanwhile form the next batch. So under load one transaction (one
 lock of the event table, one fsync) carries many turns, and writes of one
 conversation are applied in the order they were queued, never racing.
+
+With `max_in_flight` above one, a second leader prepares and sends the next
+batch while the first one waits for its commit: the database's wait and the
+process's own work overlap instead of taking turns. Batches in flight never
+share a key (a conversation): a write waits for the batch that holds its key,
+so each key's writes still commit one batch after the other, in queue order.
+
+Each waiting caller sleeps on a lock of its own and is woken once, when its
+writes are finished or when it is appointed to lead the next batch: waking
+every waiter at the end of every batch cost more than the batch's own work.
 
 The batch function decides what a failure rejects; this module only moves
 requests and results between threads.
@@ -15,7 +25,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any, Generic, TypeVar
 
 W = TypeVar("W")
@@ -25,16 +35,30 @@ W = TypeVar("W")
 _GATHER_SECONDS = 0.0005
 
 
+class _Waiter:
+    """One caller: its unfinished writes, and the lock it sleeps on."""
+
+    __slots__ = ("unfinished", "leading", "signalled", "wake")
+
+    def __init__(self, unfinished: int) -> None:
+        self.unfinished = unfinished
+        self.leading = False
+        self.signalled = False
+        self.wake = threading.Lock()
+        self.wake.acquire()
+
+
 class Pending(Generic[W]):
     """One queued write: its work, then its result or error."""
 
-    __slots__ = ("work", "_result", "_error", "finished")
+    __slots__ = ("work", "_result", "_error", "finished", "waiter")
 
-    def __init__(self, work: W) -> None:
+    def __init__(self, work: W, waiter: _Waiter) -> None:
         self.work = work
         self._result: Any = None
         self._error: BaseException | None = None
         self.finished = False
+        self.waiter = waiter
 
     def succeed(self, result: Any) -> None:
         self._result, self.finished = result, True
@@ -53,16 +77,25 @@ class GroupCommitter(Generic[W]):
         self,
         commit_batch: Callable[[Sequence[Pending[W]]], None],
         *,
+        key: Callable[[W], Hashable],
         max_batch: int = 64,
+        max_in_flight: int = 1,
     ) -> None:
         """`commit_batch` must finish every request it is given (succeed or
-        fail); anything it raises fails the requests it left unfinished."""
+        fail); anything it raises fails the requests it left unfinished. It is
+        called by at most `max_in_flight` threads at once, never with the same
+        `key` in two calls at a time."""
+        if max_batch < 1 or max_in_flight < 1:
+            raise ValueError("max_batch and max_in_flight must be at least 1")
         self._commit_batch = commit_batch
+        self._key = key
         self._max_batch = max_batch
+        self._max_in_flight = max_in_flight
         self._queue: list[Pending[W]] = []
-        self._leading = False
+        self._busy_keys: set[Hashable] = set()
+        self._leaders = 0
         self._last_batch = 0
-        self._changed = threading.Condition()
+        self._mutex = threading.Lock()
 
     def submit(self, work: W) -> Any:
         """Queue `work`, wait until it is committed, return its result."""
@@ -70,41 +103,104 @@ class GroupCommitter(Generic[W]):
 
     def submit_many(self, works: Sequence[W]) -> list[Pending[W]]:
         """Queue `works` in order, wait until every one is finished."""
-        requests = [Pending(work) for work in works]
-        with self._changed:
+        waiter = _Waiter(len(works))
+        requests = [Pending(work, waiter) for work in works]
+        if not requests:
+            return requests
+        with self._mutex:
             self._queue.extend(requests)
-        for request in requests:
-            self._wait(request)
-        return requests
-
-    def _wait(self, request: Pending[W]) -> None:
+            self._appoint(waiter)
         while True:
-            with self._changed:
-                while not request.finished and self._leading:
-                    self._changed.wait()
-                if request.finished:
-                    return
-                self._leading = True
-                gathering = len(self._queue) < self._last_batch
-            if gathering:
-                # Writers that were in the last batch are coming back with their
-                # next write: a moment's wait lets one transaction carry them all,
-                # instead of a batch of one followed by the rest.
-                time.sleep(_GATHER_SECONDS)
-            with self._changed:
-                batch = self._queue[: self._max_batch]
-                del self._queue[: self._max_batch]
-                self._last_batch = len(batch)
-            try:
+            if waiter.leading:
+                self._lead(waiter)
+            with self._mutex:
+                if waiter.unfinished == 0:
+                    return requests
+                if waiter.leading:
+                    continue
+            waiter.wake.acquire()
+            with self._mutex:
+                waiter.signalled = False
+
+    # The rest runs with the mutex held, but for _lead's commit.
+
+    def _eligible(self) -> bool:
+        return any(self._key(p.work) not in self._busy_keys for p in self._queue)
+
+    def _appoint(self, preferred: _Waiter | None) -> None:
+        """Fill free commit slots with leaders while there is work they may take:
+        `preferred` first (it is awake already), then the callers queued first."""
+        while self._leaders < self._max_in_flight and self._eligible():
+            candidate = None
+            if preferred is not None and preferred.unfinished and not preferred.leading:
+                candidate = preferred
+            else:
+                for pending in self._queue:
+                    if not pending.waiter.leading:
+                        candidate = pending.waiter
+                        break
+            if candidate is None:
+                return
+            candidate.leading = True
+            self._leaders += 1
+            if candidate is not preferred:
+                self._signal(candidate)
+
+    def _signal(self, waiter: _Waiter) -> None:
+        if not waiter.signalled:
+            waiter.signalled = True
+            waiter.wake.release()
+
+    def _take_batch(self) -> list[Pending[W]]:
+        """The next batch: queued writes in order, skipping every key that is in
+        a batch in flight, or behind a write left in the queue."""
+        batch: list[Pending[W]] = []
+        left: list[Pending[W]] = []
+        skipped: set[Hashable] = set()
+        for pending in self._queue:
+            key = self._key(pending.work)
+            if (
+                len(batch) < self._max_batch
+                and key not in self._busy_keys
+                and key not in skipped
+            ):
+                batch.append(pending)
+            else:
+                skipped.add(key)
+                left.append(pending)
+        self._queue = left
+        self._busy_keys.update(self._key(p.work) for p in batch)
+        return batch
+
+    def _lead(self, waiter: _Waiter) -> None:
+        """Run one batch as its leader (called without the mutex)."""
+        with self._mutex:
+            gathering = len(self._queue) < self._last_batch
+        if gathering:
+            # Writers that were in the last batch are coming back with their
+            # next write: a moment's wait lets one transaction carry them all,
+            # instead of a batch of one followed by the rest.
+            time.sleep(_GATHER_SECONDS)
+        with self._mutex:
+            batch = self._take_batch()
+            self._last_batch = len(batch)
+        try:
+            if batch:
                 self._commit_batch(batch)
-            except BaseException as error:
+        except BaseException as error:
+            for pending in batch:
+                if not pending.finished:
+                    pending.fail(error)
+        finally:
+            with self._mutex:
                 for pending in batch:
                     if not pending.finished:
-                        pending.fail(error)
-            finally:
-                with self._changed:
-                    for pending in batch:
-                        if not pending.finished:
-                            pending.fail(RuntimeError("write left unfinished"))
-                    self._leading = False
-                    self._changed.notify_all()
+                        pending.fail(RuntimeError("write left unfinished"))
+                    self._busy_keys.discard(self._key(pending.work))
+                    done = pending.waiter
+                    done.unfinished -= 1
+                    if done.unfinished == 0 and done is not waiter:
+                        self._signal(done)
+                waiter.leading = False
+                self._leaders -= 1
+                self._appoint(waiter)

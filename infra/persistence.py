@@ -120,6 +120,7 @@ def open_conversations(settings: Settings, *, read_only: bool = False) -> Conver
             eventsourcing_env(settings),
             vault=vault,
             max_turn_bytes=settings.max_turn_bytes,
+            max_batches_in_flight=batches_in_flight(settings),
         )
     except BaseException:
         vault.close()
@@ -133,6 +134,17 @@ def open_conversations(settings: Settings, *, read_only: bool = False) -> Conver
         ledger.close()
         raise
     return ledger
+
+
+def batches_in_flight(settings: Settings) -> int:
+    """How many write transactions the ledger keeps going at once.
+
+    On PostgreSQL a second batch is prepared and sent while the first waits
+    for its commit (the table lock still orders them). SQLite has one writer
+    at a time, and the memory store does its work under one lock: a second
+    batch would only wait.
+    """
+    return 1
 
 
 def open_replica(settings: Settings) -> Conversations | None:

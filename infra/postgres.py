@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import weakref
 from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -387,18 +388,34 @@ def as_bytes(statement: Any) -> bytes:
 
 
 def json_insert(
-    table: sql.Composable, columns: str, *, suffix: str = ""
+    table: sql.Composable, columns: str, *, suffix: str = "", source: str = "%s::json"
 ) -> sql.Composed:
     """INSERT of many rows in one statement, from one JSON array of objects.
 
     A batch's rows cost one parse, plan and execution instead of one each,
     and one parameter that the standard library encodes (psycopg would dump
-    arrays element by element, in Python).
+    arrays element by element, in Python). `source` is where the JSON comes
+    from: a parameter, or an argument of the function the statement is in.
     """
     return sql.SQL(
         "INSERT INTO {table} ({columns}) SELECT {columns} "
-        "FROM json_populate_recordset(NULL::{table}, %s::json)"
-    ).format(table=table, columns=sql.SQL(columns)) + sql.SQL(suffix)
+        "FROM json_populate_recordset(NULL::{table}, {source})"
+    ).format(table=table, columns=sql.SQL(columns), source=sql.SQL(source)) + sql.SQL(
+        suffix
+    )
+
+
+_HEADS_UPSERT = (
+    " ON CONFLICT (conversation_id) "
+    "DO UPDATE SET version = EXCLUDED.version, "
+    "head_digest = EXCLUDED.head_digest, "
+    "turn_count = EXCLUDED.turn_count, "
+    "eligible_count = EXCLUDED.eligible_count, "
+    "modified_at = EXCLUDED.modified_at"
+)
+# Named with a version: a later release that changes what a batch writes adds
+# a new function instead of changing this one under processes still using it.
+_WRITE_FUNCTION = "turnledger_write_batch_v1"
 
 
 def in_one_statement(inserts: Sequence[sql.Composed]) -> sql.Composed:
@@ -447,7 +464,7 @@ class PostgresReadSideRecorder(PostgresApplicationRecorder):
     def __init__(self, datastore: PostgresDatastore, **kwargs: Any) -> None:
         super().__init__(datastore, **kwargs)
         self._schema = sql.Identifier(datastore.schema)
-        self._quiet: list[bytes] | None = None
+        self._quiet: list[tuple[str, str]] | None = None
         self._insert_keys = json_insert(
             self._table(KEY_TABLE),
             KEY_COLUMNS,
@@ -459,12 +476,7 @@ class PostgresReadSideRecorder(PostgresApplicationRecorder):
         self._upsert_heads = json_insert(
             self._table("conversation_heads"),
             CONVERSATION_COLUMNS,
-            suffix=" ON CONFLICT (conversation_id) "
-            "DO UPDATE SET version = EXCLUDED.version, "
-            "head_digest = EXCLUDED.head_digest, "
-            "turn_count = EXCLUDED.turn_count, "
-            "eligible_count = EXCLUDED.eligible_count, "
-            "modified_at = EXCLUDED.modified_at",
+            suffix=_HEADS_UPSERT,
         )
         # A batch's keys, turns, heads and events in one statement (see
         # insert_events); a rebuild's many rows go table by table.
@@ -485,6 +497,18 @@ class PostgresReadSideRecorder(PostgresApplicationRecorder):
             ]
         ).as_bytes(None)
         self._begin: bytes | None = None
+        self._write_function = sql.Identifier(datastore.schema, _WRITE_FUNCTION)
+        self._call_write_function = (
+            sql.SQL(
+                "SELECT notification_id FROM {}(%s, %s, %s, %b, %b, %b, %b, %s) "
+                "AS notification_id"
+            )
+            .format(self._write_function)
+            .as_bytes(None)
+        )
+        self._quiet_connections: weakref.WeakSet[psycopg.Connection[Any]] = (
+            weakref.WeakSet()
+        )
         turns_table = sql.Literal(
             sql.SQL("{}.{}")
             .format(self._schema, sql.Identifier("conversation_turns"))
@@ -496,13 +520,62 @@ class PostgresReadSideRecorder(PostgresApplicationRecorder):
             )
             for statement in _READ_SIDE_DDL
         )
+        self.sql_create_statements.append(self._write_function_ddl())
+
+    def _write_function_ddl(self) -> sql.Composed:
+        """The function that writes a batch in one statement (insert_events).
+
+        Its body is the transaction of the three-message path: the library's
+        lock timeout and table lock, the NOTIFY, then the keys, turn rows,
+        heads and events in one statement. Replaced at every start, as the
+        library does with its own function.
+        """
+        inserts = [
+            json_insert(
+                self._table(KEY_TABLE),
+                KEY_COLUMNS,
+                source="key_rows",
+                suffix=" ON CONFLICT DO NOTHING",
+            ),
+            json_insert(
+                self._table("conversation_turns"), TURN_COLUMNS, source="turn_rows"
+            ),
+            json_insert(
+                self._table("conversation_heads"),
+                CONVERSATION_COLUMNS,
+                source="head_rows",
+                suffix=_HEADS_UPSERT,
+            ),
+            sql.SQL(
+                "INSERT INTO {} (originator_id, originator_version, topic, state) "
+                "SELECT * FROM unnest(ids, versions, topics, states) "
+                "RETURNING notification_id"
+            ).format(sql.Identifier(self.datastore.schema, self.events_table_name)),
+        ]
+        return sql.SQL(
+            "CREATE OR REPLACE FUNCTION {function}(key_rows json, turn_rows json,"
+            " head_rows json, ids uuid[], versions bigint[], topics text[],"
+            " states bytea[], lock_wait text) RETURNS SETOF bigint"
+            " LANGUAGE plpgsql AS $body$ BEGIN"
+            " PERFORM set_config('lock_timeout', lock_wait, true);"
+            " LOCK TABLE {events} IN EXCLUSIVE MODE;"
+            " NOTIFY {channel};"
+            " RETURN QUERY {statement};"
+            " END $body$"
+        ).format(
+            function=self._write_function,
+            events=sql.Identifier(self.datastore.schema, self.events_table_name),
+            channel=sql.Identifier(self.channel_name),
+            statement=in_one_statement(inserts),
+        )
 
     def _table(self, name: str) -> sql.Composed:
         return sql.SQL("{}.{}").format(self._schema, sql.Identifier(name))
 
-    def _quiet_key_statements(self) -> list[bytes]:
-        """One statement that keeps key bytes out of the server log for this
-        transaction, for the settings this role may change (checked once)."""
+    def _quiet_key_statements(self, *, session: bool = False) -> list[bytes]:
+        """One statement that keeps key bytes out of the server log, for the
+        settings this role may change (checked once): for the transaction, or
+        with `session` for the connection's whole session."""
         if self._quiet is None:
             allowed = []
             with self.datastore.get_connection() as conn:
@@ -512,34 +585,52 @@ class PostgresReadSideRecorder(PostgresApplicationRecorder):
                         (name,),
                     ).fetchone()
                     if row is not None and row["allowed"]:
-                        allowed.append(
-                            sql.SQL("set_config({}, {}, true)").format(
-                                sql.Literal(name), sql.Literal(value)
-                            )
-                        )
-            self._quiet = (
-                [(sql.SQL("SELECT ") + sql.SQL(", ").join(allowed)).as_bytes(None)]
-                if allowed
-                else []
-            )
-        return self._quiet
+                        allowed.append((name, value))
+            self._quiet = allowed
+        if not self._quiet:
+            return []
+        local = sql.Literal(not session)
+        return [
+            (
+                sql.SQL("SELECT ")
+                + sql.SQL(", ").join(
+                    sql.SQL("set_config({}, {}, {})").format(
+                        sql.Literal(name), sql.Literal(value), local
+                    )
+                    for name, value in self._quiet
+                )
+            ).as_bytes(None)
+        ]
+
+    def _quiet_session(self, conn: psycopg.Connection[Any]) -> None:
+        """Make `conn` log no parameter values, once per connection: the write
+        function's call carries the wrapped keys as parameters, and statement
+        logging would write them out before the function could say otherwise."""
+        if conn in self._quiet_connections:
+            return
+        for statement in self._quiet_key_statements(session=True):
+            conn.execute(statement)
+        self._quiet_connections.add(conn)
 
     @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
     def insert_events(
         self, stored_events: Sequence[StoredEvent], **kwargs: Any
     ) -> Sequence[int] | None:
-        """The events, their read-side rows and new keys: one transaction, three
-        round trips.
+        """The events, their read-side rows and new keys: one transaction in
+        one round trip.
 
         The library's own insert (kept below for what does not fit one
         statement) runs each statement through psycopg's pipeline, whose
         per-statement bookkeeping cost more than the rest of a turn's write.
-        This sends the same transaction as three messages: a simple query that
-        begins, keeps key bytes out of the server log, takes the library's
-        table lock (notification ids in commit order) and queues its NOTIFY;
-        one statement that writes the keys, turn rows, heads and events,
-        returning the events' notification ids; COMMIT, where the deferred
-        unique keys are checked. A conflict anywhere fails the whole
+        A batch of new turns is one call of the schema's write function
+        (`_write_function_ddl`), in autocommit: it sets the library's lock
+        timeout, takes its table lock (notification ids in commit order),
+        queues its NOTIFY and writes the keys, turn rows, heads and events in
+        one statement, returning the events' notification ids; the deferred
+        unique keys are checked as the statement's transaction commits. A
+        batch that also changes rows (deletions, folds) is sent as three
+        messages instead: BEGIN with the lock and the NOTIFY, the same insert,
+        the updates and COMMIT. A conflict anywhere fails the whole
         transaction as an IntegrityError, as the library's insert does.
         """
         changes: RowChanges = kwargs.get("read_side") or RowChanges()
@@ -550,7 +641,7 @@ class PostgresReadSideRecorder(PostgresApplicationRecorder):
             len(rows) > _ROWS_PER_STATEMENT for rows in (*row_sets, stored_events)
         ):
             return super().insert_events(stored_events, **kwargs)
-        parameters = [
+        parameters: list[Any] = [
             json_rows(columns, rows)
             for rows, (_, columns) in zip(row_sets, self._row_inserts, strict=True)
         ]
@@ -562,7 +653,14 @@ class PostgresReadSideRecorder(PostgresApplicationRecorder):
                 [e.state for e in stored_events],
             ]
         )
+        changes_rows = changes.deletions or changes.new_folds or changes.withdrawals
         with self.datastore.get_connection() as conn, conn.cursor() as curs:
+            if not changes_rows:
+                if new_keys:
+                    self._quiet_session(conn)
+                parameters.append(f"{self.datastore.lock_timeout}s")
+                curs.execute(self._call_write_function, parameters)
+                return [row["notification_id"] for row in curs.fetchall()]
             try:
                 curs.execute(self._begin_and_lock())
                 curs.execute(self._insert_rows_and_events, parameters)

@@ -1,0 +1,197 @@
+"""The group committer: shared transactions, per-key order, bounded overlap."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from turnledger.domain.group_commit import GroupCommitter, Pending
+
+# (key, writer, sequence number of that writer's writes of that key)
+Write = tuple[str, int, int]
+
+
+class Recorder:
+    """A batch function that checks the committer's promises as it runs."""
+
+    def __init__(self, *, delay: float = 0.0, fail_keys: frozenset[str] = frozenset()):
+        self.delay = delay
+        self.fail_keys = fail_keys
+        self.lock = threading.Lock()
+        self.active_keys: set[str] = set()
+        self.in_flight = 0
+        self.most_in_flight = 0
+        self.committed: dict[str, list[tuple[int, int]]] = {}
+        self.batches: list[int] = []
+        self.violations: list[str] = []
+
+    def __call__(self, batch: Sequence[Pending[Write]]) -> None:
+        keys = {p.work[0] for p in batch}
+        with self.lock:
+            overlap = keys & self.active_keys
+            if overlap:
+                self.violations.append(f"keys in two batches at once: {overlap}")
+            self.active_keys |= keys
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+            self.batches.append(len(batch))
+        time.sleep(self.delay)  # the database's wait: other leaders may run
+        with self.lock:
+            for pending in batch:
+                key, writer, number = pending.work
+                if key in self.fail_keys:
+                    pending.fail(ValueError(key))
+                    continue
+                self.committed.setdefault(key, []).append((writer, number))
+                pending.succeed(number)
+            self.active_keys -= keys
+            self.in_flight -= 1
+
+
+def numbered(writer: int, keys: Sequence[str]) -> list[Write]:
+    seen: dict[str, int] = {}
+    works = []
+    for key in keys:
+        works.append((key, writer, seen.get(key, 0)))
+        seen[key] = seen.get(key, 0) + 1
+    return works
+
+
+def run_writers(
+    committer: GroupCommitter[Write],
+    plans: Sequence[Sequence[str]],
+    *,
+    chunk: int = 1,
+) -> list[list[object]]:
+    """One thread per plan, submitting its keys in order, `chunk` at a time."""
+    outcomes: list[list[object]] = [[] for _ in plans]
+    start = threading.Barrier(len(plans))
+
+    def writer(index: int) -> None:
+        works = numbered(index, plans[index])
+        start.wait()
+        for first in range(0, len(works), chunk):
+            for pending in committer.submit_many(works[first : first + chunk]):
+                try:
+                    outcomes[index].append(pending.outcome())
+                except ValueError as error:
+                    outcomes[index].append(error)
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(len(plans))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+        assert not thread.is_alive(), "a writer never returned"
+    return outcomes
+
+
+def committer_for(recorder: Recorder, *, in_flight: int) -> GroupCommitter[Write]:
+    return GroupCommitter(
+        recorder, key=lambda write: write[0], max_batch=16, max_in_flight=in_flight
+    )
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    plans=st.lists(
+        st.lists(st.sampled_from("abcde"), min_size=1, max_size=12),
+        min_size=1,
+        max_size=6,
+    ),
+    in_flight=st.integers(min_value=1, max_value=3),
+    chunk=st.integers(min_value=1, max_value=5),
+)
+def test_each_key_commits_in_order_and_never_in_two_batches_at_once(
+    plans: list[list[str]], in_flight: int, chunk: int
+) -> None:
+    recorder = Recorder(delay=0.001)
+    committer = committer_for(recorder, in_flight=in_flight)
+    outcomes = run_writers(committer, plans, chunk=chunk)
+    assert recorder.violations == []
+    assert recorder.most_in_flight <= in_flight
+    # Every write committed exactly once, and each writer's writes of a key
+    # in the order it queued them (writers share keys, so they contend).
+    committed = [
+        (key, writer, number)
+        for key, writes in recorder.committed.items()
+        for writer, number in writes
+    ]
+    expected = [w for index, plan in enumerate(plans) for w in numbered(index, plan)]
+    assert sorted(committed) == sorted(expected)
+    for key, writes in recorder.committed.items():
+        for writer in {w for w, _ in writes}:
+            numbers = [n for w, n in writes if w == writer]
+            assert numbers == sorted(numbers), (key, writer)
+    # Each caller got its own writes' results back, in order.
+    for index, results in enumerate(outcomes):
+        assert results == [n for _, _, n in numbered(index, plans[index])]
+
+
+def test_batches_overlap_up_to_the_limit_when_keys_differ() -> None:
+    recorder = Recorder(delay=0.02)
+    committer = committer_for(recorder, in_flight=2)
+    run_writers(committer, [[key] * 5 for key in "abcdefgh"])
+    assert recorder.violations == []
+    assert recorder.most_in_flight == 2
+
+
+def test_one_batch_at_a_time_by_default() -> None:
+    recorder = Recorder(delay=0.005)
+    committer = GroupCommitter(recorder, key=lambda write: write[0])
+    run_writers(committer, [[key] * 5 for key in "abcd"])
+    assert recorder.most_in_flight == 1
+
+
+def test_concurrent_writers_share_transactions() -> None:
+    recorder = Recorder(delay=0.005)
+    committer = committer_for(recorder, in_flight=1)
+    run_writers(committer, [[key] * 10 for key in "abcdefgh"])
+    assert max(recorder.batches) > 1
+    assert len(recorder.batches) < 80
+
+
+def test_a_failed_write_fails_only_its_caller() -> None:
+    recorder = Recorder(delay=0.001, fail_keys=frozenset({"bad"}))
+    committer = committer_for(recorder, in_flight=2)
+    outcomes = run_writers(committer, [["bad", "bad"], ["a", "a"], ["b"]])
+    assert all(isinstance(result, ValueError) for result in outcomes[0])
+    assert outcomes[1] == [0, 1]
+    assert outcomes[2] == [0]
+
+
+def test_an_error_raised_by_the_batch_fails_its_unfinished_writes() -> None:
+    def explode(batch: Sequence[Pending[Write]]) -> None:
+        batch[0].succeed("first")
+        raise RuntimeError("database gone")
+
+    committer: GroupCommitter[Write] = GroupCommitter(
+        explode, key=lambda write: write[0]
+    )
+    results = committer.submit_many([("a", 0, 0), ("b", 0, 0)])
+    assert results[0].outcome() == "first"
+    with pytest.raises(RuntimeError, match="database gone"):
+        results[1].outcome()
+    # The committer is usable afterwards (a lone write is its batch's first).
+    assert committer.submit(("c", 0, 0)) == "first"
+
+
+def test_many_writes_of_one_caller_across_keys_all_finish() -> None:
+    recorder = Recorder(delay=0.001)
+    committer = committer_for(recorder, in_flight=2)
+    works = [(key, 0, number) for number in range(20) for key in "abc"]
+    results = committer.submit_many(works)
+    assert [r.outcome() for r in results] == [number for _, _, number in works]
+    for key in "abc":
+        assert recorder.committed[key] == [(0, n) for n in range(20)]
+    assert recorder.violations == []
+
+
+def test_limits_must_be_positive() -> None:
+    with pytest.raises(ValueError):
+        GroupCommitter(Recorder(), key=lambda write: write[0], max_in_flight=0)
