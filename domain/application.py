@@ -41,15 +41,11 @@ from turnledger.domain.conversation import (
 from turnledger.domain.errors import (
     InvalidInputError,
     PurgeIncompleteError,
-    TurnConflictError,
-    TurnDeletedError,
-    WindowMismatchError,
 )
 from turnledger.domain.group_commit import GroupCommitter
-from turnledger.domain.parts import TurnParts, encode_parts
-from turnledger.domain.ports import NewKey, TextVault
+from turnledger.domain.parts import TurnParts
+from turnledger.domain.ports import TextVault
 from turnledger.domain.purge import PurgeReport, PurgeRunner
-from turnledger.domain.receipt import receipt_key_ids
 from turnledger.domain.results import (
     MAX_HISTORY_PAGE,
     DeletionReceipt,
@@ -68,18 +64,22 @@ from turnledger.domain.text import (
     check_turn_size,
 )
 from turnledger.domain.transcodings import register_legacy_transcodings
+from turnledger.domain.turn_writes import (
+    TurnWrites,
+    check_conversation_id,
+    check_window,
+    turn_parts,
+)
 from turnledger.projections.ledger_rows import (
     ConversationRow,
     RowChanges,
     SummarySize,
-    TurnRow,
     project_events,
 )
 from turnledger.projections.policy import WindowPolicy
 from turnledger.projections.queries import ConversationQueries, FoldStatus
 from turnledger.projections.read_side import ReadSide, current_fold
 from turnledger.projections.tokens import TokenCounter
-from turnledger.projections.turn_sizes import turn_sizes
 
 __all__ = [
     "MAX_HISTORY_PAGE",
@@ -147,6 +147,7 @@ class Conversations(Application[UUID]):
             max_in_flight=max_batches_in_flight,
         )
         self.purge = PurgeRunner(self, vault.purge_view)
+        self._turns = TurnWrites(self)
 
     @property
     def vault(self) -> TextVault:
@@ -295,12 +296,12 @@ class Conversations(Application[UUID]):
         `window` is the projected window this answer replied to: its receipt
         is kept with the turn so an audit can prove what was sent.
         """
-        turn = _turn_parts(question, answer, parts, answer_field="answer")
+        turn = turn_parts(question, answer, parts, answer_field="answer")
         turn.check_complete()
         if window is not None:
-            _check_window(conversation_id, turn.question, window)
+            check_window(conversation_id, turn.question, window)
         receipt: TurnReceipt = self._submit(
-            self._turn_write(
+            self._turns.write(
                 owner_id,
                 conversation_id,
                 turn_id=turn_id,
@@ -338,12 +339,12 @@ class Conversations(Application[UUID]):
                     "expected (turn_id, question, answer) or (turn_id, TurnParts)",
                 )
             if len(item) == 3:
-                turn = _turn_parts(item[1], item[2], None, answer_field="answer")
+                turn = turn_parts(item[1], item[2], None, answer_field="answer")
             else:
-                turn = _turn_parts(None, None, item[1], answer_field="answer")
+                turn = turn_parts(None, None, item[1], answer_field="answer")
             turn.check_complete()
             writes.append(
-                self._turn_write(
+                self._turns.write(
                     owner_id,
                     conversation_id,
                     turn_id=item[0],
@@ -378,14 +379,14 @@ class Conversations(Application[UUID]):
         if status not in (TurnStatus.FAILED, TurnStatus.STOPPED):
             raise InvalidInputError("outcome", "must be 'failed' or 'stopped'")
         assert status is not None
-        turn = _turn_parts(
+        turn = turn_parts(
             question,
             "" if partial_answer is None and parts is None else partial_answer,
             parts,
             answer_field="partial_answer",
         )
         receipt: TurnReceipt = self._submit(
-            self._turn_write(
+            self._turns.write(
                 owner_id,
                 conversation_id,
                 turn_id=turn_id,
@@ -407,7 +408,7 @@ class Conversations(Application[UUID]):
     ) -> DeletionReceipt:
         """Delete the chosen turns, or the whole history when turn_ids is None."""
         check_identifier("owner_id", owner_id)
-        _check_conversation_id(conversation_id)
+        check_conversation_id(conversation_id)
         check_expected_version(expected_version)
         actor = check_identifier("deleted_by", deleted_by or owner_id)
         wanted: list[str] | None = None
@@ -484,7 +485,7 @@ class Conversations(Application[UUID]):
         later withdraws the fold and destroys its text.
         """
         check_identifier("owner_id", owner_id)
-        _check_conversation_id(conversation_id)
+        check_conversation_id(conversation_id)
         check_identifier("covers_through_turn_id", covers_through_turn_id)
         check_text("summary", summary)
         check_turn_size(summary, limit=self.max_turn_bytes)
@@ -611,238 +612,8 @@ class Conversations(Application[UUID]):
         """The text of the current fold, or None when there is none."""
         return self.queries.get_fold_summary(owner_id, conversation_id)
 
-    # Writing --------------------------------------------------------------------
-
-    def _turn_write(
-        self,
-        owner_id: str,
-        conversation_id: UUID,
-        *,
-        turn_id: str,
-        status: TurnStatus,
-        turn: TurnParts,
-        expected_version: int | None,
-        window: ProjectedWindow | None = None,
-    ) -> Write:
-        check_identifier("owner_id", owner_id)
-        _check_conversation_id(conversation_id)
-        check_identifier("turn_id", turn_id)
-        check_turn_size(
-            *turn.texts(), limit=self.max_turn_bytes, extra=turn.inline_bytes()
-        )
-        check_expected_version(expected_version)
-        question, answer = turn.question, turn.answer
-        parts_text = None if turn.text_only else encode_parts(turn)
-        sizes = turn_sizes(turn)
-
-        # Sealing is the costly part of a turn: done here, in the caller's
-        # thread, it runs while the group commit's leader waits on the database.
-        # (Where keys are stored apart from the events, a key is made only once
-        # the turn is known to be new.)
-        sealed = (
-            self._seal_turn(conversation_id, turn_id, question, answer, parts_text)
-            if self.vault.keys_with_events
-            else None
-        )
-
-        def run(conversation: Conversation, batch: Batch) -> TurnReceipt:
-            existing = batch.turn(conversation.id, turn_id)
-            if existing is not None:
-                return self._replayed_receipt(
-                    conversation.id,
-                    existing,
-                    batch,
-                    status=status,
-                    turn=turn,
-                )
-            conversation.check_version(expected_version)
-            if window is not None and window.ledger_version > conversation.version:
-                raise WindowMismatchError(
-                    conversation.id, "it was projected from a later ledger version"
-                )
-            data_key, new_key, sealed_question, sealed_answer, sealed_parts = (
-                sealed
-                or self._seal_turn(
-                    conversation.id, turn_id, question, answer, parts_text
-                )
-            )
-            if status is TurnStatus.CONFIRMED:
-                conversation.confirm_turn(
-                    turn_id=turn_id,
-                    sealed_question=sealed_question,
-                    sealed_answer=sealed_answer,
-                    existing=None,
-                    window_receipt=None
-                    if window is None
-                    else self._receipt(conversation.id, turn_id, data_key, window),
-                    sealed_system=None
-                    if window is None
-                    else self.vault.seal_with(
-                        data_key, conversation.id, turn_id, "system", window.system
-                    ),
-                    sealed_parts=sealed_parts,
-                )
-            else:
-                conversation.abandon_turn(
-                    turn_id=turn_id,
-                    outcome=status,
-                    sealed_question=sealed_question,
-                    sealed_answer=sealed_answer,
-                    sealed_parts=sealed_parts,
-                    existing=None,
-                )
-            recorded = conversation.pending_events[-1]
-            if new_key is not None:
-                batch.keys.append(new_key)
-            batch.sizes.setdefault(conversation.id, {})[turn_id] = sizes
-            batch.texts[(conversation.id, turn_id)] = (status, turn)
-            row = TurnRow(
-                conversation_id=conversation.id,
-                position=conversation.turn_count - 1,
-                turn_id=turn_id,
-                status=status,
-                version=conversation.version,
-                recorded_at=recorded.timestamp,
-                sizes=sizes,
-            )
-            batch.turns.setdefault(conversation.id, {})[turn_id] = row
-            return TurnReceipt(
-                conversation.id, turn_id, status, row.version, row.recorded_at
-            )
-
-        return Write(
-            owner_id,
-            conversation_id,
-            run,
-            turn_ids=(turn_id,),
-            # A stale head would wrongly refuse an expected version or a window.
-            optimistic=expected_version is None and window is None,
-        )
-
-    def _seal_turn(
-        self,
-        conversation_id: UUID,
-        turn_id: str,
-        question: str,
-        answer: str,
-        parts_text: str | None,
-    ) -> tuple[bytes, NewKey | None, bytes, bytes, bytes | None]:
-        """A new data key for the turn and its texts (and parts) sealed under it."""
-        data_key, new_key = self.vault.new_data_key(conversation_id, turn_id)
-
-        def seal(field_name: str, text: str) -> bytes:
-            return self.vault.seal_with(
-                data_key, conversation_id, turn_id, field_name, text
-            )
-
-        return (
-            data_key,
-            new_key,
-            seal("question", question),
-            seal("answer", answer),
-            None if parts_text is None else seal("parts", parts_text),
-        )
-
-    def _receipt(
-        self,
-        conversation_id: UUID,
-        turn_id: str,
-        data_key: bytes,
-        window: ProjectedWindow,
-    ) -> dict[str, Any]:
-        key_ids = receipt_key_ids(
-            turn_id, window.window.kept_turn_ids, window.sent_fold_id
-        )
-        mac_key = self.vault.receipt_key(
-            conversation_id, key_ids, known={turn_id: data_key}
-        )
-        # A turn the window sent was deleted before this answer was recorded:
-        # the answer is kept, its receipt names what was sent but binds no body
-        # (no key is left that could; the audit reports it not re-derivable).
-        return window.receipt(mac_key).to_document()
-
-    def _replayed_receipt(
-        self,
-        conversation_id: UUID,
-        existing: TurnRow,
-        batch: Batch,
-        *,
-        status: TurnStatus,
-        turn: TurnParts,
-    ) -> TurnReceipt:
-        """A retry of a recorded turn: same content returns the original receipt."""
-        if existing.deleted:
-            raise TurnDeletedError(conversation_id, existing.turn_id)
-        if existing.status is not status:
-            raise TurnConflictError(
-                conversation_id,
-                existing.turn_id,
-                f"is already recorded as {existing.status.value}; "
-                "record a retried exchange under a new turn id",
-            )
-        pending = batch.texts.get((conversation_id, existing.turn_id))
-        if pending is not None:
-            stored: TurnParts | None = pending[1]
-        else:
-            stored = self.queries.read_texts(conversation_id, [existing]).get(
-                existing.turn_id
-            )
-        if stored != turn:
-            raise TurnConflictError(
-                conversation_id,
-                existing.turn_id,
-                "is already recorded with different content",
-            )
-        return TurnReceipt(
-            conversation_id,
-            existing.turn_id,
-            existing.status,
-            existing.version,
-            existing.recorded_at,
-        )
-
     def _submit(self, write: Write) -> Any:
         return self._committer.submit(write)
-
-
-def _turn_parts(
-    question: Any, answer: Any, parts: Any, *, answer_field: str
-) -> TurnParts:
-    """The turn from either its two texts or its parts (never both)."""
-    if parts is None:
-        if question is None:
-            raise InvalidInputError("question", "give question (and answer) or parts")
-        check_text("question", question)
-        if answer is None:
-            raise InvalidInputError(
-                answer_field, "expected a string, got NoneType (or give parts)"
-            )
-        check_text(answer_field, answer, allow_empty=True)
-        return TurnParts(question=question, answer=answer)
-    if not isinstance(parts, TurnParts):
-        raise InvalidInputError("parts", "expected TurnParts")
-    if question is not None or answer is not None:
-        raise InvalidInputError(
-            "parts", f"give either parts or question and {answer_field}, not both"
-        )
-    return parts
-
-
-def _check_conversation_id(conversation_id: Any) -> None:
-    if not isinstance(conversation_id, UUID):
-        raise InvalidInputError("conversation_id", "expected a UUID")
-
-
-def _check_window(conversation_id: UUID, question: str, window: Any) -> None:
-    """A receipt is only kept for the window that asked this question."""
-    if not isinstance(window, ProjectedWindow):
-        raise InvalidInputError("window", "expected the ProjectedWindow answered")
-    if window.conversation_id != conversation_id:
-        raise WindowMismatchError(conversation_id, "it belongs to another conversation")
-    if window.question != question:
-        raise WindowMismatchError(
-            conversation_id, "it was projected for a different question"
-        )
 
 
 def _is_read_side(recorder: object) -> bool:
