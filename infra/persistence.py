@@ -139,12 +139,14 @@ def open_conversations(settings: Settings, *, read_only: bool = False) -> Conver
 def batches_in_flight(settings: Settings) -> int:
     """How many write transactions the ledger keeps going at once.
 
-    On PostgreSQL a second batch is prepared and sent while the first waits
-    for its commit (the table lock still orders them). SQLite has one writer
-    at a time, and the memory store does its work under one lock: a second
-    batch would only wait.
+    On PostgreSQL a second batch can be prepared and sent while the first
+    waits for its commit (the table lock still orders them). SQLite has one
+    writer at a time, and the memory store does its work under one lock: a
+    second batch would only wait.
     """
-    return 1
+    if settings.persistence != "postgres":
+        return 1
+    return settings.postgres_batches_in_flight
 
 
 def open_replica(settings: Settings) -> Conversations | None:

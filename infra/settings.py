@@ -51,6 +51,10 @@ class Settings(BaseSettings):
     )
     postgres_pool_size: PositiveInt = 5
     postgres_connect_timeout: PositiveInt = 5
+    # Write transactions kept going at once: above one, the next batch of
+    # writes is prepared and sent while the last one waits for its commit
+    # (never two batches of one conversation; docs/read-side.md).
+    postgres_batches_in_flight: int = Field(default=1, ge=1, le=4)
 
     # A streaming replica of that server, for reads (docs/scaling.md). Unset
     # host: no replica. The schema and master key are the primary's.

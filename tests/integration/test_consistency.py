@@ -11,9 +11,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
+import pytest
+
 from tests.conftest import durable_stores
 from turnledger.domain.application import Conversations, ProjectedWindow
 from turnledger.domain.audit import Auditor
+from turnledger.infra.persistence import open_conversations
+from turnledger.infra.read_side import compare_read_sides, live_rows, replay_log
+from turnledger.infra.settings import Settings
 from turnledger.projections.policy import WindowPolicy
 
 OWNER = "alice"
@@ -126,3 +131,60 @@ def test_a_write_is_in_the_next_window_in_this_process_and_another(
             )
             assert window.window.kept_turn_ids[-1] == turn_id
             assert window.ledger_version == index + 2
+
+
+@pytest.mark.postgres
+def test_overlapping_batches_lose_duplicate_and_reorder_nothing(
+    postgres_settings: Settings,
+) -> None:
+    """Two batches in flight: writers of disjoint and shared conversations."""
+    settings = postgres_settings.model_copy(update={"postgres_batches_in_flight": 2})
+    ledger = open_conversations(settings)
+    try:
+        shared = ledger.start_conversation(OWNER)
+        own = [ledger.start_conversation(OWNER) for _ in range(4)]
+        errors: list[BaseException] = []
+
+        def writer(worker: int) -> None:
+            try:
+                for index in range(25):
+                    target = shared if index % 3 == 0 else own[worker % len(own)]
+                    ledger.confirm_turn(
+                        OWNER,
+                        target,
+                        turn_id=f"w{worker}-{index}",
+                        question=f"q {worker} {index}",
+                        answer=f"a {worker} {index}",
+                    )
+            except BaseException as error:  # noqa: BLE001 - reported below
+                errors.append(error)
+
+        threads = [threading.Thread(target=writer, args=(n,)) for n in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert errors == []
+        written: dict[str, list[str]] = {}
+        for conversation_id in (shared, *own):
+            rows = ledger.read_side.turns_page(
+                conversation_id, offset=0, limit=10_000, as_of=10**9
+            )
+            assert [row.position for row in rows] == list(range(len(rows)))
+            by_worker: dict[str, list[int]] = {}
+            for row in rows:
+                worker_name, index = row.turn_id.split("-")
+                written.setdefault(worker_name, []).append(row.turn_id)
+                by_worker.setdefault(worker_name, []).append(int(index))
+            # Each writer's turns of this conversation in the order it wrote.
+            for indexes in by_worker.values():
+                assert indexes == sorted(indexes)
+        # Every turn exactly once.
+        for worker in range(8):
+            ids = written[f"w{worker}"]
+            assert sorted(ids) == sorted(f"w{worker}-{i}" for i in range(25))
+        assert compare_read_sides(live_rows(ledger), replay_log(ledger).rows()) == []
+        report = Auditor(ledger).audit()
+        assert report.ok, report.failures
+    finally:
+        ledger.close()
