@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from turnledger.infra.persistence import eventsourcing_env
+from turnledger.infra.persistence import batches_in_flight, eventsourcing_env
 from turnledger.infra.settings import Settings
 from turnledger.infra.vault import new_master_key
 
@@ -51,6 +51,8 @@ def test_postgres_without_a_master_key_is_refused_with_the_reason() -> None:
         {"max_turn_bytes": 0},
         {"postgres_schema": "Robert'); DROP TABLE"},
         {"master_key": new_master_key(), "master_key_file": "/tmp/k"},
+        {"postgres_batches_in_flight": 0},
+        {"postgres_batches_in_flight": 5},
     ],
 )
 def test_invalid_settings_are_refused(overrides: dict[str, object]) -> None:
@@ -93,3 +95,15 @@ def test_a_replica_needs_postgres() -> None:
             postgres_replica_host="db2",
             postgres_replica_reads="eventual",
         )
+
+
+def test_only_postgres_keeps_more_than_one_batch_in_flight(tmp_path: Path) -> None:
+    postgres = Settings(
+        _env_file=None,
+        persistence="postgres",
+        master_key=new_master_key(),
+        postgres_batches_in_flight=2,
+    )
+    sqlite = Settings(_env_file=None, data_dir=tmp_path, postgres_batches_in_flight=2)
+    assert batches_in_flight(postgres) == 2
+    assert batches_in_flight(sqlite) == 1
