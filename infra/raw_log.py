@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
 from queue import Empty, Queue
-from typing import Any
+from typing import Any, cast
 from uuid import UUID
 
 import psycopg
@@ -25,6 +26,9 @@ from turnledger.domain.transparency import InvalidText, RawLog, RawRow, Recorder
 from turnledger.infra.settings import Settings
 
 PAGE = 5000
+# A row tuple as a RawRow without a Python-level call per row (RawRow._make
+# is one): the reader thread holds the lock the audit's hashing needs.
+_raw_row = cast(Callable[[tuple[Any, ...]], RawRow], partial(tuple.__new__, RawRow))
 EVENTS_TABLE = "conversations_events"  # the library names it after the application
 SNAPSHOTS_TABLE = "conversations_snapshots"  # written by the first release only
 
@@ -123,7 +127,7 @@ class PostgresRawLog:
         # Binary results: bytea arrives as bytes, not hex text to parse.
         with self._connection.cursor(binary=True) as cursor:
             rows = cursor.execute(statement, params).fetchall()
-        return list(map(RawRow._make, rows))
+        return list(map(_raw_row, rows))
 
     def rows(self, after: int | None, limit: int) -> list[RawRow]:
         if after is None:
