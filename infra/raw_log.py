@@ -113,9 +113,21 @@ def _uuid_of(value: Any) -> UUID | None:
 
 
 class PostgresRawLog:
-    def __init__(self, conninfo: str, schema: str) -> None:
-        self._connection = psycopg.connect(conninfo, autocommit=True)
-        self._connection.read_only = True
+    def __init__(
+        self,
+        conninfo: str,
+        schema: str,
+        *,
+        connection: psycopg.Connection[Any] | None = None,
+    ) -> None:
+        """`connection`: read through one the caller owns (and closes) instead
+        of a read-only one of its own, e.g. the checkpoint writer's, which
+        then follows the rows in the transaction that extends its tree."""
+        self._owned = connection is None
+        if connection is None:
+            connection = psycopg.connect(conninfo, autocommit=True)
+            connection.read_only = True
+        self._connection = connection
         self._table = sql.Identifier(schema, EVENTS_TABLE)
         self._schema = schema
         self._columns = sql.SQL(
@@ -204,7 +216,8 @@ class PostgresRawLog:
         )
 
     def close(self) -> None:
-        self._connection.close()
+        if self._owned:
+            self._connection.close()
 
 
 def open_raw_log(settings: Settings, ledger: Conversations | None = None) -> RawLog:
