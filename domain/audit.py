@@ -393,7 +393,11 @@ class Auditor:
             line = topic.encode("utf-8") + b"\n"
         except UnicodeEncodeError:  # a lone surrogate: the general path says so
             return None
-        facts = (line, topic_cell(topic) + STATE_CELL_TAG, _TOPIC_ROLES.get(topic, 0))
+        facts = (
+            line,
+            topic_cell(topic) + STATE_CELL_TAG,
+            _TOPIC_ROLES.get(topic, _PLAIN),
+        )
         self._topics[topic] = facts
         return facts
 
