@@ -15,7 +15,9 @@ would real turns. Then, in the same run:
   audit of every
   row's chain plus the Merkle comparison with a signed checkpoint
   (`audit_store(..., checkpoint=...)`, receipts on), alternating, `--repeat`
-  rounds; the paired ratio audit/raw (target >= 0.5);
+  rounds; the paired ratio audit/raw (target >= 0.5), and this process's
+  CPU per event for each (the client's work, which other load on a shared
+  machine changes less than it changes throughput);
 - checkpoint cost: `--rounds` times, 1,000 new events are inserted, then
   `write_checkpoint` is timed (target <= 50 ms), beside a checkpoint that
   rebuilds the tree from scratch;
@@ -205,13 +207,18 @@ def main() -> int:
             return report.events_verified
 
         rates: dict[str, list[float]] = {"raw": [], "binary": [], "audit": []}
+        # This process's CPU per event (all its threads; not the server's):
+        # what the other work on a shared machine does not change.
+        cpu: dict[str, list[float]] = {"raw": [], "binary": [], "audit": []}
         for _ in range(arguments.repeat):
             for name, action in (
                 ("raw", lambda: raw_select(settings)),
                 ("binary", lambda: raw_select(settings, binary=True)),
                 ("audit", audit),
             ):
+                began_cpu = time.process_time()
                 seconds, count = timed(action)
+                cpu[name].append((time.process_time() - began_cpu) / count)
                 assert count == total, (name, count, total)
                 rates[name].append(count / seconds)
         raw = statistics.median(rates["raw"])
@@ -237,6 +244,13 @@ def main() -> int:
             "the audit reads binary results"
         )
         print(f"medians of {arguments.repeat} rounds; target ratio >= 0.50")
+        print(
+            "client CPU per event (this process, median): "
+            + ", ".join(
+                f"{name} {statistics.median(values) * 1e6:.2f} us"
+                for name, values in cpu.items()
+            )
+        )
 
         # The service keeps one writer (and its connections); the command opens
         # one per run: both are timed, each after 1,000 new events.
