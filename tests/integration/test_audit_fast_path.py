@@ -5,18 +5,23 @@ conversation, a seal that verifies and links) without building its
 `ChainRow`, and hashes its leaf from the same cells. Any other row, and every
 later row of its conversation, goes through the general path. Here the same
 logs, edited as someone with write access to the database could, are audited
-both ways: the reports and the leaves must be identical.
+both ways: the reports and the leaves must be identical. The audit over a
+store also pauses the cyclic garbage collector while it reads, and restores it.
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import gc
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -36,6 +41,7 @@ from turnledger.domain.chain import (
 from turnledger.domain.transparency import RawRow, RecorderLog
 from turnledger.infra.persistence import open_conversations
 from turnledger.infra.settings import Settings
+from turnledger.infra.transparency_audit import audit_store
 
 TOPIC = "bench:Event"
 
@@ -266,4 +272,37 @@ def test_anchors_hold_conversations_whose_rows_all_took_the_fast_path() -> None:
             ("anchor-mismatch", 2)
         ]
     finally:
+        ledger.close()
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_audit_pauses_the_cyclic_collector_and_restores_it(
+    tmp_path: Path, enabled: bool
+) -> None:
+    settings = Settings(_env_file=None, persistence="sqlite", data_dir=tmp_path)
+    ledger = open_conversations(settings)
+    seen: list[bool] = []
+
+    @contextmanager
+    def progress(label: str, total: int) -> Iterator[Callable[[int], None]]:
+        yield lambda count: seen.append(gc.isenabled())
+
+    was = gc.isenabled()
+    try:
+        run_turns(ledger, "alice", turns=2)
+        (gc.enable if enabled else gc.disable)()
+        report = audit_store(ledger, settings, progress=progress)
+        assert report.ok, report.failures
+        assert seen and not any(seen)  # off while the rows were read
+        assert gc.isenabled() is enabled  # and as it was afterwards
+        with pytest.raises(ZeroDivisionError):
+
+            @contextmanager
+            def failing(label: str, total: int) -> Iterator[Callable[[int], None]]:
+                yield lambda count: [1 / 0]
+
+            audit_store(ledger, settings, progress=failing)
+        assert gc.isenabled() is enabled  # even when the pass failed
+    finally:
+        (gc.enable if was else gc.disable)()
         ledger.close()
