@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from queue import Empty, Queue
 from typing import Any, cast
@@ -26,9 +26,16 @@ from turnledger.domain.transparency import InvalidText, RawLog, RawRow, Recorder
 from turnledger.infra.settings import Settings
 
 PAGE = 5000
-# A row tuple as a RawRow without a Python-level call per row (RawRow._make
+# A row's values as a RawRow without a Python-level call per row (RawRow._make
 # is one): the reader thread holds the lock the audit's hashing needs.
-_raw_row = cast(Callable[[tuple[Any, ...]], RawRow], partial(tuple.__new__, RawRow))
+_raw_row = cast(Callable[[Sequence[Any]], RawRow], partial(tuple.__new__, RawRow))
+
+
+def _raw_rows(cursor: Any) -> Callable[[Sequence[Any]], RawRow]:
+    """psycopg's row factory for RawRows."""
+    return _raw_row
+
+
 EVENTS_TABLE = "conversations_events"  # the library names it after the application
 SNAPSHOTS_TABLE = "conversations_snapshots"  # written by the first release only
 
@@ -136,10 +143,10 @@ class PostgresRawLog:
         ).format(self._table)
 
     def _read(self, statement: sql.Composed, params: tuple[Any, ...]) -> list[RawRow]:
-        # Binary results: bytea arrives as bytes, not hex text to parse.
-        with self._connection.cursor(binary=True) as cursor:
-            rows = cursor.execute(statement, params).fetchall()
-        return list(map(_raw_row, rows))
+        # Binary results: bytea arrives as bytes, not hex text to parse; each
+        # row is made a RawRow as it is loaded, not copied into one after.
+        with self._connection.cursor(binary=True, row_factory=_raw_rows) as cursor:
+            return cursor.execute(statement, params).fetchall()
 
     def rows(self, after: int | None, limit: int) -> list[RawRow]:
         if after is None:
