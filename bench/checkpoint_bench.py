@@ -5,8 +5,9 @@
 Builds conversations x events sealed events in a fresh schema (dropped
 afterwards), inserted through the library's recorder in batches of 1,000:
 each event's state is ~800 bytes of JSON sealed into its conversation's hash
-chain, so the chain pass verifies them as it would real turns. Then, in the
-same run:
+chain (the first release's seal), or with `--envelope` ~800 bytes in the
+binary envelope the ledger writes now, so the chain pass verifies them as it
+would real turns. Then, in the same run:
 
 - audit rate: a raw SELECT of the same rows (notification id, originator id,
   version, topic, state; keyset pages of 5,000; psycopg's default text
@@ -14,7 +15,9 @@ same run:
   audit of every
   row's chain plus the Merkle comparison with a signed checkpoint
   (`audit_store(..., checkpoint=...)`, receipts on), alternating, `--repeat`
-  rounds; the paired ratio audit/raw (target >= 0.5);
+  rounds; the paired ratio audit/raw (target >= 0.5), and this process's
+  CPU per event for each (the client's work, which other load on a shared
+  machine changes less than it changes throughput);
 - checkpoint cost: `--rounds` times, 1,000 new events are inserted, then
   `write_checkpoint` is timed (target <= 50 ms), beside a checkpoint that
   rebuilds the tree from scratch;
@@ -34,6 +37,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +49,11 @@ from psycopg import sql  # noqa: E402
 from pydantic import SecretStr  # noqa: E402
 
 from turnledger.domain.application import Conversations  # noqa: E402
-from turnledger.domain.chain import GENESIS, seal_state  # noqa: E402
+from turnledger.domain.chain import (  # noqa: E402
+    GENESIS,
+    encode_envelope,
+    seal_state,
+)
 from turnledger.domain.merkle import (  # noqa: E402
     consistency_proof,
     inclusion_proof,
@@ -73,12 +81,25 @@ PAGE = 5000
 class Writer:
     """Appends sealed events to conversations, keeping each chain's head."""
 
-    def __init__(self, ledger: Conversations) -> None:
+    def __init__(self, ledger: Conversations, *, envelope: bool = False) -> None:
         self.ledger = ledger
+        self.envelope = envelope
         self.heads: dict[uuid.UUID, tuple[int, str]] = {}
 
     def event(self, conversation_id: uuid.UUID) -> StoredEvent:
         version, previous = self.heads.get(conversation_id, (0, GENESIS))
+        if self.envelope:  # as the ledger writes events: raw sealed bytes
+            sealed, digest = encode_envelope(
+                originator_id=conversation_id,
+                version=version + 1,
+                topic=TOPIC,
+                previous_digest=previous,
+                timestamp=datetime.now(UTC),
+                blobs={"sealed_question": os.urandom(700)},
+                json=b'{"n":%d}' % (version + 1),
+            )
+            self.heads[conversation_id] = (version + 1, digest)
+            return StoredEvent(conversation_id, version + 1, TOPIC, sealed)
         payload = base64.b64encode(os.urandom(576)).decode()
         body = f'{{"n":{version + 1},"payload":"{payload}"}}'.encode()
         sealed, digest = seal_state(
@@ -137,6 +158,12 @@ def main() -> int:
     parser.add_argument("--events", type=int, default=100)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument(
+        "--envelope",
+        action="store_true",
+        help="store events in the binary envelope the ledger writes since the "
+        "second release (default: the first release's JSON seal)",
+    )
     arguments = parser.parse_args()
 
     schema = f"bench_{uuid.uuid4().hex[:10]}"
@@ -150,12 +177,16 @@ def main() -> int:
     ledger = open_conversations(settings)
     out = Path(tempfile.mkdtemp(prefix="checkpoints-"))
     try:
-        writer = Writer(ledger)
+        writer = Writer(ledger, envelope=arguments.envelope)
         seconds, _ = timed(
             lambda: build(writer, arguments.conversations, arguments.events)
         )
         total = ledger.recorder.max_notification_id() or 0
-        print(f"store: {total:,} sealed events on PostgreSQL, built in {seconds:.1f} s")
+        form = "envelope" if arguments.envelope else "JSON seal"
+        print(
+            f"store: {total:,} sealed events ({form}) on PostgreSQL, "
+            f"built in {seconds:.1f} s"
+        )
         seconds, checkpoint = timed(lambda: write_checkpoint(ledger, settings, out))
         print(
             f"first checkpoint (tree built from nothing): {seconds * 1000:,.0f} ms "
@@ -176,13 +207,18 @@ def main() -> int:
             return report.events_verified
 
         rates: dict[str, list[float]] = {"raw": [], "binary": [], "audit": []}
+        # This process's CPU per event (all its threads; not the server's):
+        # what the other work on a shared machine does not change.
+        cpu: dict[str, list[float]] = {"raw": [], "binary": [], "audit": []}
         for _ in range(arguments.repeat):
             for name, action in (
                 ("raw", lambda: raw_select(settings)),
                 ("binary", lambda: raw_select(settings, binary=True)),
                 ("audit", audit),
             ):
+                began_cpu = time.process_time()
                 seconds, count = timed(action)
+                cpu[name].append((time.process_time() - began_cpu) / count)
                 assert count == total, (name, count, total)
                 rates[name].append(count / seconds)
         raw = statistics.median(rates["raw"])
@@ -208,6 +244,13 @@ def main() -> int:
             "the audit reads binary results"
         )
         print(f"medians of {arguments.repeat} rounds; target ratio >= 0.50")
+        print(
+            "client CPU per event (this process, median): "
+            + ", ".join(
+                f"{name} {statistics.median(values) * 1e6:.2f} us"
+                for name, values in cpu.items()
+            )
+        )
 
         # The service keeps one writer (and its connections); the command opens
         # one per run: both are timed, each after 1,000 new events.

@@ -19,9 +19,10 @@ compared with the replay of its events. See docs/audit.md.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import struct
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from operator import itemgetter
 from typing import Any
 from uuid import UUID
 
@@ -29,7 +30,22 @@ from eventsourcing.persistence import StoredEvent
 from eventsourcing.utils import get_topic
 
 from turnledger.domain.application import Conversations
-from turnledger.domain.chain import ChainFormatError, raw_link
+from turnledger.domain.chain import (
+    ENVELOPE_DIGEST_AT,
+    ENVELOPE_DIGEST_END,
+    ENVELOPE_MAGIC,
+    ENVELOPE_MIN_LENGTH,
+    ENVELOPE_PREVIOUS_AT,
+    GENESIS,
+    SEAL_DIGEST_COVERS,
+    SEAL_DIGEST_KEY,
+    SEAL_END,
+    SEAL_PREVIOUS_KEY,
+    SEAL_SUFFIX_LENGTH,
+    ChainFormatError,
+    digest_prefixes,
+    raw_link,
+)
 from turnledger.domain.conversation import Conversation
 from turnledger.domain.errors import (
     ConversationNotFoundError,
@@ -69,7 +85,17 @@ from turnledger.domain.receipt import (
     parse_receipt_policy,
     receipt_key_ids,
 )
-from turnledger.domain.transparency import RawLog, RawRow, RecorderLog, pages, row_leaf
+from turnledger.domain.transparency import (
+    LEAF_NUMBERS,
+    STATE_CELL_TAG,
+    RawLog,
+    RawRow,
+    RecorderLog,
+    leaf_hash_prefix,
+    pages,
+    row_leaf,
+    topic_cell,
+)
 from turnledger.projections.ledger_rows import ConversationRow
 from turnledger.projections.log_replay import replay_events
 from turnledger.projections.policy import WindowPolicy
@@ -118,16 +144,71 @@ class _ReceiptToCheck:
     sealed_system: bytes | None
 
 
-_first = itemgetter(0)  # a row's notification id
+# What a topic means to the chain pass besides its bytes.
+_PLAIN, _ABANDONED, _CONFIRMED, _DECODED = 0, 1, 2, 3
+_TOPIC_ROLES = {
+    STARTED_TOPIC: _DECODED,
+    DELETED_TOPIC: _DECODED,
+    CONFIRMED_TOPIC: _CONFIRMED,
+    get_topic(Conversation.TurnAbandoned): _ABANDONED,
+}
+_MAX_TOPICS = 1000  # a few exist; past this many, rows take the general path
+_GENESIS_HEX = GENESIS.encode("ascii")
+_GENESIS_RAW = bytes.fromhex(GENESIS)
 
 
 @dataclass(slots=True)
 class _Collected:
+    """One conversation's rows as the chain pass has read them so far.
+
+    While its rows come in order and verify (`fast`), only each row's digest
+    and position are kept, and `head` (the last digest as 32 bytes) or
+    `head_hex` (as its hex, when the last row was a JSON seal) is what the
+    next row must link to. The first row that does not fit turns them into
+    `rows`, the general path's form, which then takes every later row.
+    """
+
     audit: ConversationAudit
     identity: bytes
     rows: list[ChainRow] = field(default_factory=list)
     receipts: list[_ReceiptToCheck] = field(default_factory=list)
     turns: int = 0
+    fast: bool = True
+    count: int = 0
+    head: bytes | None = _GENESIS_RAW
+    head_hex: bytes | None = _GENESIS_HEX
+    digests: list[bytes] = field(default_factory=list)
+    positions: list[int] = field(default_factory=list)
+    json_prefix: bytes = b""
+    envelope_prefix: bytes = b""
+    leaf_prefix: bytes = b""
+
+    def __post_init__(self) -> None:
+        self.json_prefix, self.envelope_prefix = digest_prefixes(self.identity)
+        self.leaf_prefix = leaf_hash_prefix(self.identity)
+
+    @property
+    def has_rows(self) -> bool:
+        return bool(self.rows) or (self.fast and self.count > 0)
+
+    def to_rows(self) -> None:
+        """Leave the fast path: the rows it verified, as the general path has them."""
+        if not self.fast:
+            return
+        previous = GENESIS
+        for version, (digest, position) in enumerate(
+            zip(self.digests, self.positions, strict=True), start=1
+        ):
+            recorded = digest.hex() if len(digest) == 32 else digest.decode("ascii")
+            self.rows.append(
+                ChainRow(
+                    version, previous, recorded, recorded, None, UNSEALED, position
+                )
+            )
+            previous = recorded
+        self.fast = False
+        self.digests = []
+        self.positions = []
 
 
 def _state(aggregate: Any) -> dict[str, Any]:
@@ -172,6 +253,7 @@ class Auditor:
         self.ledger = ledger
         self.raw_log: RawLog = raw_log or RecorderLog(ledger.recorder)
         self._ids: dict[str, UUID] = {}
+        self._topics: dict[str, tuple[bytes, bytes, int]] = {}
         self._by_int: dict[int, _Collected] = {}
         # Set `leaves` to a list to collect every row's transparency-log leaf
         # hash (and `leaf_positions` its notification id) in the same pass.
@@ -223,27 +305,38 @@ class Auditor:
         audits: list[ConversationAudit] = []
         heads = (
             self.ledger.read_side.conversations(
-                [k for k, v in collected.items() if v.rows]
+                [k for k, v in collected.items() if v.has_rows]
             )
             if read_side
             else {}
         )
         for item in collected.values():
             audit = item.audit
-            if not item.rows:
+            if not item.has_rows:
                 audit.findings.append(vanished_finding(audit.conversation_id, anchors))
                 audits.append(audit)
                 continue
-            audit.findings.extend(check_chain(audit.conversation_id, item.rows))
             anchor = anchors.get(audit.conversation_id)
             if anchor is not None:
-                audit.findings.extend(
-                    check_anchor(audit.conversation_id, item.rows, anchor)
+                item.to_rows()
+            if item.fast:  # versions 1..count, each intact and linked: no finding
+                audit.events = audit.head_version = item.count
+                last_digest = item.digests[-1]
+                audit.head_digest = (
+                    last_digest.hex()
+                    if len(last_digest) == 32
+                    else last_digest.decode("ascii")
                 )
-            audit.events = len(item.rows)
-            last = max(item.rows, key=lambda r: r.version)
-            audit.head_version = last.version
-            audit.head_digest = last.recorded
+            else:
+                audit.findings.extend(check_chain(audit.conversation_id, item.rows))
+                if anchor is not None:
+                    audit.findings.extend(
+                        check_anchor(audit.conversation_id, item.rows, anchor)
+                    )
+                audit.events = len(item.rows)
+                last = max(item.rows, key=lambda r: r.version)
+                audit.head_version = last.version
+                audit.head_digest = last.recorded
             if read_side:
                 self._check_read_side(audit, item, heads.get(audit.conversation_id))
             if receipts:
@@ -284,112 +377,279 @@ class Auditor:
         self._ids[originator_id] = parsed
         return parsed
 
+    def _new_item(
+        self, collected: dict[UUID, _Collected], conversation_id: UUID
+    ) -> _Collected:
+        item = collected[conversation_id] = self._by_int[conversation_id.int] = (
+            _Collected(ConversationAudit(conversation_id), conversation_id.bytes)
+        )
+        return item
+
+    def _topic_facts(self, topic: str) -> tuple[bytes, bytes, int] | None:
+        """(the topic's line in a digest header, its leaf cells, its role)."""
+        if len(self._topics) >= _MAX_TOPICS:
+            return None
+        try:
+            line = topic.encode("utf-8") + b"\n"
+        except UnicodeEncodeError:  # a lone surrogate: the general path says so
+            return None
+        facts = (
+            line,
+            topic_cell(topic) + STATE_CELL_TAG,
+            _TOPIC_ROLES.get(topic, _PLAIN),
+        )
+        self._topics[topic] = facts
+        return facts
+
     def _collect_page(
         self, collected: dict[UUID, _Collected], page: Sequence[RawRow]
     ) -> None:
         """The audit's inner loop: kept flat, it runs once per stored event.
 
+        The common row (cells of the types the ledger writes, the next version
+        of its conversation, a seal that verifies and links to the row before)
+        is checked here without building its `ChainRow`, and its leaf hashed
+        from the same cells: the same bytes as `row_leaf` (a property test
+        holds the two paths to the same report). Any other row takes
+        `_collect_row`, the general path, and so do the later rows of its
+        conversation.
+        """
+        leaves = self.leaves
+        positions = self.leaf_positions
+        by_int = self._by_int
+        topics = self._topics
+        pack = LEAF_NUMBERS.pack
+        sha256 = hashlib.sha256
+        collect_row = self._collect_row
+        magic = ENVELOPE_MAGIC
+        previous_at, digest_at, digest_end = (
+            ENVELOPE_PREVIOUS_AT,
+            ENVELOPE_DIGEST_AT,
+            ENVELOPE_DIGEST_END,
+        )
+        shortest_envelope, suffix = ENVELOPE_MIN_LENGTH, SEAL_SUFFIX_LENGTH
+        covered = SEAL_DIGEST_COVERS
+        previous_key, digest_key, end = SEAL_PREVIOUS_KEY, SEAL_DIGEST_KEY, SEAL_END
+        empty_previous_key = b"{" + previous_key[1:]  # the seal of a state b"{}"
+        for row in page:
+            notification_id, conversation_id, version, topic, state = row
+            if conversation_id.__class__ is not UUID:
+                conversation_id = (
+                    self._conversation_of(conversation_id)
+                    if conversation_id.__class__ is str
+                    else None
+                )
+            if (
+                conversation_id is None
+                or version.__class__ is not int
+                or notification_id.__class__ is not int
+                or notification_id <= 0
+                or state.__class__ is not bytes
+                or topic.__class__ is not str
+            ):
+                collect_row(collected, row)
+                continue
+            # By the id's integer: UUID's own hash and == run in Python.
+            item = by_int.get(conversation_id.int)
+            if item is None:
+                item = self._new_item(collected, conversation_id)
+            facts = topics.get(topic) or self._topic_facts(topic)
+            if not item.fast or version != item.count + 1 or facts is None:
+                collect_row(collected, row)
+                continue
+            topic_line, topic_cells, role = facts
+            try:
+                numbers = pack(b"i", version, b"i", notification_id)
+            except struct.error:  # beyond 64 bits: the general path tags it
+                collect_row(collected, row)
+                continue
+            if state[:4] == magic:
+                head = item.head
+                if head is None:
+                    assert item.head_hex is not None
+                    head = bytes.fromhex(item.head_hex.decode("ascii"))
+                digest = sha256(
+                    b"".join(
+                        (
+                            item.envelope_prefix,
+                            numbers[1:9],
+                            topic_line,
+                            state[:digest_at],
+                            state[digest_end:],
+                        )
+                    )
+                ).digest()
+                if (
+                    len(state) < shortest_envelope
+                    or not state.startswith(digest, digest_at)
+                    or not state.startswith(head, previous_at)
+                ):
+                    collect_row(collected, row)
+                    continue
+                item.head, item.head_hex = digest, None
+            else:
+                base = len(state) - suffix
+                head_hex = item.head_hex
+                if head_hex is None:
+                    assert item.head is not None
+                    head_hex = item.head.hex().encode("ascii")
+                digest = (
+                    sha256(
+                        b"".join(
+                            (
+                                item.json_prefix,
+                                numbers[1:9],
+                                topic_line,
+                                state[:covered],
+                            )
+                        )
+                    )
+                    .hexdigest()
+                    .encode("ascii")
+                )
+                if (
+                    base < 0
+                    or not state.endswith(digest_key + digest + end)
+                    or not (
+                        state.startswith(previous_key + head_hex, base)
+                        or state.startswith(empty_previous_key + head_hex, base)
+                    )
+                ):
+                    collect_row(collected, row)
+                    continue
+                item.head, item.head_hex = None, digest
+            item.count = version
+            item.digests.append(digest)
+            item.positions.append(notification_id)
+            if leaves is not None:
+                leaves.append(
+                    sha256(
+                        b"".join(
+                            (
+                                item.leaf_prefix,
+                                numbers,
+                                topic_cells,
+                                sha256(state).digest(),
+                            )
+                        )
+                    ).digest()
+                )
+                positions.append(notification_id)
+            if role:
+                if role != _DECODED:
+                    item.turns += 1
+                if role == _DECODED or (role == _CONFIRMED and _HAS_RECEIPT in state):
+                    self._read_facts(
+                        item,
+                        StoredEvent(
+                            originator_id=conversation_id,
+                            originator_version=version,
+                            topic=topic,
+                            state=state,
+                        ),
+                    )
+
+    def _collect_row(self, collected: dict[UUID, _Collected], row: RawRow) -> None:
+        """The general path: any row, including every malformed one.
+
         Any cell the ledger would never write (NULL, another type, text that is
         not UTF-8, an id that is no conversation's, a position at or below
         zero) becomes a finding at that row; the rest of the log is still read.
         """
-        decode_wanted = (STARTED_TOPIC, DELETED_TOPIC)
         if self.leaves is not None:
             # The transparency log's leaves, in the same read of the rows.
-            self.leaves.extend(map(row_leaf, page))
-            self.leaf_positions.extend(map(_first, page))
+            self.leaves.append(row_leaf(row))
+            self.leaf_positions.append(row[0])
+        decode_wanted = (STARTED_TOPIC, DELETED_TOPIC)
         by_int = self._by_int
         malformed = MALFORMED
-        for notification_id, conversation_id, version, topic, state in page:
-            if conversation_id.__class__ is not UUID:
-                originator_id = conversation_id
-                conversation_id = self._conversation_of(originator_id)
-                if conversation_id is None:
-                    self.log_findings.append(
-                        Finding(
-                            malformed,
-                            None,
-                            version if version.__class__ is int else None,
-                            f"originator id {_shown(originator_id)} is not a "
-                            "conversation id: the row belongs to no conversation",
-                            notification_id,
-                        )
-                    )
-                    continue
-            # By the id's integer: UUID's own hash and == run in Python.
-            item = by_int.get(conversation_id.int)
-            if item is None:
-                item = collected[conversation_id] = by_int[conversation_id.int] = (
-                    _Collected(
-                        ConversationAudit(conversation_id), conversation_id.bytes
-                    )
-                )
-            if version.__class__ is not int:
-                item.audit.findings.append(
+        notification_id, conversation_id, version, topic, state = row
+        if conversation_id.__class__ is not UUID:
+            originator_id = conversation_id
+            conversation_id = self._conversation_of(originator_id)
+            if conversation_id is None:
+                self.log_findings.append(
                     Finding(
                         malformed,
-                        conversation_id,
                         None,
-                        f"version {_shown(version)} is not an integer",
+                        version if version.__class__ is int else None,
+                        f"originator id {_shown(originator_id)} is not a "
+                        "conversation id: the row belongs to no conversation",
                         notification_id,
                     )
                 )
-                continue
-            if notification_id <= 0:
-                item.audit.findings.append(
-                    Finding(
-                        malformed,
-                        conversation_id,
-                        version,
-                        f"notification id {notification_id}: the log numbers "
-                        "events from 1, so followers and the index never see this "
-                        "row, yet the ledger serves it",
-                        notification_id,
-                    )
+                return
+        # By the id's integer: UUID's own hash and == run in Python.
+        item = by_int.get(conversation_id.int)
+        if item is None:
+            item = self._new_item(collected, conversation_id)
+        item.to_rows()
+        if version.__class__ is not int:
+            item.audit.findings.append(
+                Finding(
+                    malformed,
+                    conversation_id,
+                    None,
+                    f"version {_shown(version)} is not an integer",
+                    notification_id,
                 )
-            if state.__class__ is str:  # a hand-edited SQLite row may be TEXT
-                state = state.encode("utf-8", "surrogatepass")
-            if topic.__class__ is not str or state.__class__ is not bytes:
-                problem = (
-                    f"topic is {_shown(topic)}"
-                    if topic.__class__ is not str
-                    else f"state is {_shown(state)}, not bytes"
+            )
+            return
+        if notification_id <= 0:
+            item.audit.findings.append(
+                Finding(
+                    malformed,
+                    conversation_id,
+                    version,
+                    f"notification id {notification_id}: the log numbers "
+                    "events from 1, so followers and the index never see this "
+                    "row, yet the ledger serves it",
+                    notification_id,
                 )
-                item.rows.append(
-                    ChainRow(version, "", "", "", problem, malformed, notification_id)
+            )
+        if state.__class__ is str:  # a hand-edited SQLite row may be TEXT
+            state = state.encode("utf-8", "surrogatepass")
+        if topic.__class__ is not str or state.__class__ is not bytes:
+            problem = (
+                f"topic is {_shown(topic)}"
+                if topic.__class__ is not str
+                else f"state is {_shown(state)}, not bytes"
+            )
+            item.rows.append(
+                ChainRow(version, "", "", "", problem, malformed, notification_id)
+            )
+            return
+        if topic in TURN_TOPICS:
+            item.turns += 1
+        try:
+            previous, recorded, computed = raw_link(
+                item.identity, version, topic, state
+            )
+            item.rows.append(
+                ChainRow(
+                    version,
+                    previous,
+                    recorded,
+                    computed,
+                    None,
+                    UNSEALED,
+                    notification_id,
                 )
-                continue
-            if topic in TURN_TOPICS:
-                item.turns += 1
-            try:
-                previous, recorded, computed = raw_link(
-                    item.identity, version, topic, state
-                )
-                item.rows.append(
-                    ChainRow(
-                        version,
-                        previous,
-                        recorded,
-                        computed,
-                        None,
-                        UNSEALED,
-                        notification_id,
-                    )
-                )
-            except ChainFormatError as error:
-                item.rows.append(
-                    ChainRow(version, "", "", "", str(error), UNSEALED, notification_id)
-                )
-            if topic in decode_wanted or (
-                topic == CONFIRMED_TOPIC and _HAS_RECEIPT in state
-            ):
-                stored = StoredEvent(
-                    originator_id=conversation_id,
-                    originator_version=version,
-                    topic=topic,
-                    state=state,
-                )
-                self._read_facts(item, stored)
+            )
+        except ChainFormatError as error:
+            item.rows.append(
+                ChainRow(version, "", "", "", str(error), UNSEALED, notification_id)
+            )
+        if topic in decode_wanted or (
+            topic == CONFIRMED_TOPIC and _HAS_RECEIPT in state
+        ):
+            stored = StoredEvent(
+                originator_id=conversation_id,
+                originator_version=version,
+                topic=topic,
+                state=state,
+            )
+            self._read_facts(item, stored)
 
     def _read_facts(self, item: _Collected, stored: StoredEvent) -> None:
         """Owner, deleted turns or receipt: the only events the audit decodes."""

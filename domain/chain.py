@@ -207,6 +207,32 @@ def raw_link(
     )
 
 
+# The verifying side's fast path (domain/audit.py) checks a row without
+# slicing its digests out: these name where the seal's parts sit.
+SEAL_SUFFIX_LENGTH = _SUFFIX_LENGTH
+"""Bytes a JSON seal takes at the end of a state (its keys and two digests)."""
+SEAL_PREVIOUS_KEY = _PREVIOUS_KEY
+"""What a sealed JSON state holds `SEAL_SUFFIX_LENGTH` bytes from its end."""
+SEAL_DIGEST_KEY = _DIGEST_KEY
+SEAL_END = _END
+SEAL_DIGEST_COVERS = -(64 + len(_END))
+"""A JSON seal's digest covers the state up to here (a negative index)."""
+ENVELOPE_PREVIOUS_AT = _PREVIOUS_SLICE.start
+ENVELOPE_DIGEST_AT = _DIGEST_SLICE.start
+ENVELOPE_DIGEST_END = _DIGEST_SLICE.stop
+ENVELOPE_MIN_LENGTH = _BLOB_COUNT_AT + 1
+"""The shortest envelope `raw_link` accepts."""
+
+
+def digest_prefixes(identity: bytes) -> tuple[bytes, bytes]:
+    """The constant start of every digest input of one conversation's rows.
+
+    (JSON seal, envelope): each is followed by the version (8 bytes, signed
+    big-endian), the topic's UTF-8 and a newline, then the covered bytes.
+    """
+    return _HEADER_TAG + identity, _ENVELOPE_TAG + identity
+
+
 def _envelope_digest(
     identity: bytes, version: int, topic: str, state: bytes | bytearray
 ) -> bytes:

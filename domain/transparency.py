@@ -239,6 +239,23 @@ def row_leaf(row: RawRow) -> bytes:
     return _sha256(b"\x00" + leaf_input(row)).digest()
 
 
+LEAF_NUMBERS = _VERSION_AND_POSITION
+"""Packs (b"i", version, b"i", notification id): a leaf's two integer cells."""
+STATE_CELL_TAG = b"b"
+
+
+def leaf_hash_prefix(identity: bytes) -> bytes:
+    """What the leaf hash of every well-formed row of a conversation starts with:
+    0x00, the leaf tag and the id cell; the integer cells, the topic cell and
+    the state cell (`STATE_CELL_TAG` + SHA-256 of the state) follow."""
+    return _LEAF_HEAD + identity
+
+
+def topic_cell(topic: str) -> bytes:
+    """A well-formed topic's cell in a leaf input."""
+    return cell(topic)
+
+
 @dataclass(frozen=True, slots=True)
 class LeafFacts:
     """What a leaf input says about its row: enough to name it in a finding."""

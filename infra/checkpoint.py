@@ -33,13 +33,15 @@ from turnledger.domain.merkle import (
     leaf_hash,
     root,
 )
+from turnledger.domain.transparency import RawLog
 from turnledger.infra.merkle_store import (
     Followed,
     LeafStore,
+    PostgresLeafStore,
     follow,
     open_leaf_store,
 )
-from turnledger.infra.raw_log import open_raw_log
+from turnledger.infra.raw_log import PostgresRawLog, open_raw_log
 from turnledger.infra.settings import Settings
 from turnledger.infra.signing import public_bytes, signing_key
 
@@ -222,11 +224,11 @@ class CheckpointWriter:
         self._out_dir = out_dir
         out_dir.mkdir(parents=True, exist_ok=True)
         self._previous = self._newest()
-        self._log = open_raw_log(settings, ledger)
+        self._store = open_leaf_store(settings, ledger)
         try:
-            self._store = open_leaf_store(settings, ledger)
+            self._log = _log_beside(self._store, settings, ledger)
         except BaseException:
-            self._log.close()
+            self._close_store()
             raise
 
     def _newest(self) -> Checkpoint | None:
@@ -277,8 +279,25 @@ class CheckpointWriter:
 
     def close(self) -> None:
         self._log.close()
+        self._close_store()
+
+    def _close_store(self) -> None:
         if self._settings.persistence != "memory":
             self._store.close()
+
+
+def _log_beside(
+    store: LeafStore, settings: Settings, ledger: Conversations | None
+) -> RawLog:
+    """The raw log, on the tree cache's connection where it has one: a
+    one-shot `turnledger checkpoint` then connects once, not twice."""
+    if isinstance(store, PostgresLeafStore):
+        return PostgresRawLog(
+            settings.postgres_conninfo(),
+            settings.postgres_schema,
+            connection=store.connection,
+        )
+    return open_raw_log(settings, ledger)
 
 
 def write_checkpoint(

@@ -409,6 +409,11 @@ class PostgresLeafStore:
             ).fetchone()
         return None if row is None else int(row[0])
 
+    @property
+    def connection(self) -> psycopg.Connection[Any]:
+        """For a reader of the same database to share (one connection fewer)."""
+        return self._connection
+
     def close(self) -> None:
         self._connection.close()
 

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from queue import Empty, Queue
-from typing import Any
+from typing import Any, cast
 from uuid import UUID
 
 import psycopg
@@ -25,6 +26,16 @@ from turnledger.domain.transparency import InvalidText, RawLog, RawRow, Recorder
 from turnledger.infra.settings import Settings
 
 PAGE = 5000
+# A row's values as a RawRow without a Python-level call per row (RawRow._make
+# is one): the reader thread holds the lock the audit's hashing needs.
+_raw_row = cast(Callable[[Sequence[Any]], RawRow], partial(tuple.__new__, RawRow))
+
+
+def _raw_rows(cursor: Any) -> Callable[[Sequence[Any]], RawRow]:
+    """psycopg's row factory for RawRows."""
+    return _raw_row
+
+
 EVENTS_TABLE = "conversations_events"  # the library names it after the application
 SNAPSHOTS_TABLE = "conversations_snapshots"  # written by the first release only
 
@@ -109,9 +120,21 @@ def _uuid_of(value: Any) -> UUID | None:
 
 
 class PostgresRawLog:
-    def __init__(self, conninfo: str, schema: str) -> None:
-        self._connection = psycopg.connect(conninfo, autocommit=True)
-        self._connection.read_only = True
+    def __init__(
+        self,
+        conninfo: str,
+        schema: str,
+        *,
+        connection: psycopg.Connection[Any] | None = None,
+    ) -> None:
+        """`connection`: read through one the caller owns (and closes) instead
+        of a read-only one of its own, e.g. the checkpoint writer's, which
+        then follows the rows in the transaction that extends its tree."""
+        self._owned = connection is None
+        if connection is None:
+            connection = psycopg.connect(conninfo, autocommit=True)
+            connection.read_only = True
+        self._connection = connection
         self._table = sql.Identifier(schema, EVENTS_TABLE)
         self._schema = schema
         self._columns = sql.SQL(
@@ -120,10 +143,10 @@ class PostgresRawLog:
         ).format(self._table)
 
     def _read(self, statement: sql.Composed, params: tuple[Any, ...]) -> list[RawRow]:
-        # Binary results: bytea arrives as bytes, not hex text to parse.
-        with self._connection.cursor(binary=True) as cursor:
-            rows = cursor.execute(statement, params).fetchall()
-        return list(map(RawRow._make, rows))
+        # Binary results: bytea arrives as bytes, not hex text to parse; each
+        # row is made a RawRow as it is loaded, not copied into one after.
+        with self._connection.cursor(binary=True, row_factory=_raw_rows) as cursor:
+            return cursor.execute(statement, params).fetchall()
 
     def rows(self, after: int | None, limit: int) -> list[RawRow]:
         if after is None:
@@ -200,7 +223,8 @@ class PostgresRawLog:
         )
 
     def close(self) -> None:
-        self._connection.close()
+        if self._owned:
+            self._connection.close()
 
 
 def open_raw_log(settings: Settings, ledger: Conversations | None = None) -> RawLog:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import psycopg
 import pytest
 from pydantic import SecretStr
 
@@ -23,6 +25,7 @@ from turnledger.infra.checkpoint import (
     read_leaves_file,
 )
 from turnledger.infra.merkle_store import follow, open_leaf_store
+from turnledger.infra.persistence import open_conversations
 from turnledger.infra.proofs import prove_consistency, prove_event
 from turnledger.infra.raw_log import open_raw_log
 from turnledger.infra.settings import Settings
@@ -196,3 +199,43 @@ def test_crypto_shredding_after_a_checkpoint_is_no_tampering(
         assert writer.write().tree_size == 5
     finally:
         writer.close()
+
+
+@pytest.mark.postgres
+def test_a_checkpoint_writer_on_postgres_connects_once_and_follows_every_row(
+    postgres_settings: Settings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    settings = _signed(postgres_settings)
+    ledger = open_conversations(settings)
+    try:
+        run_turns(ledger, "alice", turns=3)
+        connects: list[str] = []
+        real_connect = psycopg.connect
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            connects.append("connect")
+            return real_connect(*args, **kwargs)
+
+        monkeypatch.setattr(psycopg, "connect", counted)
+        writer = CheckpointWriter(None, settings, tmp_path / "checkpoints")
+        try:
+            first = writer.write()
+            run_turns(ledger, "bob", turns=2)
+            second = writer.write()
+        finally:
+            writer.close()
+        monkeypatch.undo()
+        assert connects == ["connect"]  # the raw log reads on the tree's connection
+        log = open_raw_log(settings, ledger)
+        try:
+            rows = [row for page in pages(log, 100) for row in page]
+        finally:
+            log.close()
+        assert (first.tree_size, second.tree_size) == (4, len(rows)) == (4, 7)
+        assert second.root_hash == MerkleTree([row_leaf(r) for r in rows]).root()
+        report = audit_against_checkpoint(ledger, settings, tmp_path / "checkpoints")
+        assert report.ok, report.failures
+    finally:
+        ledger.close()
