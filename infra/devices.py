@@ -368,7 +368,14 @@ class PostgresDeviceStore:
             timeout=pool_timeout,
             check=ConnectionPool.check_connection,
             reconnect_timeout=24 * 3600.0,
+            # Every request authenticates: in autocommit its lookup is one
+            # round trip, not SELECT then COMMIT. Each write here is one
+            # statement, or in a transaction of its own (mark_revoked).
+            kwargs={"autocommit": True},
         )
+        self._find_by_digest = sql.SQL(
+            "SELECT " + _COLUMNS + ", token_digest FROM {} WHERE token_digest = %s"
+        ).format(self._table)
         try:
             with self._connection() as connection:
                 connection.execute(
@@ -415,14 +422,7 @@ class PostgresDeviceStore:
 
     def find_by_digest(self, token_digest: bytes) -> tuple[Device, bytes] | None:
         with self._connection() as connection:
-            row = connection.execute(
-                sql.SQL(
-                    "SELECT "
-                    + _COLUMNS
-                    + ", token_digest FROM {} WHERE token_digest = %s"
-                ).format(self._table),
-                (token_digest,),
-            ).fetchone()
+            row = connection.execute(self._find_by_digest, (token_digest,)).fetchone()
         return None if row is None else (_device(row[:6]), bytes(row[6]))
 
     def get(self, device_id: str) -> Device | None:
