@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+import select
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
@@ -20,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 from uuid import uuid4
 
 import psycopg
@@ -338,6 +339,23 @@ class SQLiteDeviceStore:
             self._connection.close()
 
 
+def _check_unless_quiet(connection: psycopg.Connection[Any]) -> None:
+    """The pool's check before lending a connection, with a round trip only
+    when something has arrived on the idle connection.
+
+    A server that stops, restarts or ends the session closes the connection
+    (or sends an error first): either is waiting to be read, and then the
+    connection is pinged and, if it fails, replaced. A quiet connection is
+    lent as it is: every request authenticates, and the ping doubled the
+    round trips of each lookup.
+    """
+    if not connection.closed:
+        readable, _, _ = select.select([connection.fileno()], [], [], 0)
+        if not readable:
+            return
+    ConnectionPool.check_connection(connection)
+
+
 class PostgresDeviceStore:
     """Devices in `<schema>.devices`, through a small psycopg pool.
 
@@ -366,7 +384,7 @@ class PostgresDeviceStore:
             open=True,
             name="turnledger-devices",
             timeout=pool_timeout,
-            check=ConnectionPool.check_connection,
+            check=_check_unless_quiet,
             reconnect_timeout=24 * 3600.0,
             # Every request authenticates: in autocommit its lookup is one
             # round trip, not SELECT then COMMIT. Each write here is one
