@@ -359,8 +359,9 @@ def _check_unless_quiet(connection: psycopg.Connection[Any]) -> None:
 class PostgresDeviceStore:
     """Devices in `<schema>.devices`, through a small psycopg pool.
 
-    The pool checks a connection before lending it (a connection broken by a
-    database restart is replaced, not handed out) and waits at most
+    The pool checks a connection before lending it (a connection the server
+    ended, by a restart or otherwise, is replaced, not handed out:
+    `_check_unless_quiet`) and waits at most
     `pool_timeout` seconds for one: an outage is reported as
     DatabaseUnavailableError within that time instead of after the pool's
     default 30 s.
