@@ -25,6 +25,10 @@ then measures, with real HTTP clients:
    the same window requests from 8 clients at once against each, in turn.
    `--no-replica` skips this part.
 
+`--throughput-only` runs parts 2 and 3 alone, in `--rounds` rounds, each
+with the service's CPU time per request (from /proc): the part of the
+throughput the service controls, where the rest depends on the machine.
+
 Client and server share the machine, so the figures include the client's cost.
 """
 
@@ -514,6 +518,49 @@ def raw_inserts_per_second(
     return rows / (time.perf_counter() - began)
 
 
+def drop_schema(conninfo: str, schema: str) -> None:
+    with psycopg.connect(conninfo, autocommit=True) as connection:
+        connection.execute(
+            sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema))
+        )
+
+
+def throughput_only(
+    process: subprocess.Popen[bytes],
+    base_url: str,
+    tokens: list[str],
+    settings: Settings,
+    arguments: argparse.Namespace,
+) -> int:
+    """`--throughput-only`: rounds of turns/s over HTTP, each followed by the
+    raw baseline, with the service's CPU per request (the part the service
+    controls: the throughput also depends on what else runs on the machine)."""
+    conninfo, schema = settings.postgres_conninfo(), settings.postgres_schema
+    rows = DEVICES * arguments.turns_per_device
+    measure_turns_per_second(base_url, tokens, 20, shared=False)  # warm-up
+    print(
+        f"confirmed turns/s, {DEVICES} devices x {arguments.turns_per_device} "
+        f"turns, own conversations, then raw INSERT+COMMIT of {rows} rows from "
+        f"{DEVICES} connections"
+    )
+    ratios = []
+    for round_ in range(arguments.rounds):
+        before = cpu_seconds(process.pid)
+        own = measure_turns_per_second(
+            base_url, tokens, arguments.turns_per_device, shared=False
+        )
+        per_request = (cpu_seconds(process.pid) - before) / (rows + DEVICES)
+        raw = raw_inserts_per_second(conninfo, schema, rows, DEVICES)
+        ratios.append(own / raw)
+        print(
+            f"  round {round_ + 1}: {own:6.0f} turns/s, raw {raw:6.0f} rows/s, "
+            f"ratio {own / raw:.2f}; service CPU {per_request * 1000:.2f} ms "
+            "per request"
+        )
+    print(f"  median ratio {statistics.median(ratios):.2f} (target >= 0.25)")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--writes", type=int, default=1000)
@@ -525,7 +572,15 @@ def main() -> int:
     parser.add_argument("--window-seconds", type=float, default=10.0)
     parser.add_argument("--window-turns", type=int, default=40)
     parser.add_argument(
+        "--rounds", type=int, default=3, help="rounds of --throughput-only"
+    )
+    parser.add_argument(
         "--no-replica", action="store_true", help="skip the replica comparison"
+    )
+    parser.add_argument(
+        "--throughput-only",
+        action="store_true",
+        help="only the confirmed turns/s against the raw INSERT+COMMIT baseline",
     )
     arguments = parser.parse_args()
     idle_counts = [int(n) for n in arguments.idle_long_polls.split(",")]
@@ -551,6 +606,13 @@ def main() -> int:
         settings, log, arguments.server_workers, **long_wait
     )
     others: list[subprocess.Popen[bytes]] = []
+    if arguments.throughput_only:
+        try:
+            return throughput_only(process, base_url, tokens, settings, arguments)
+        finally:
+            process.terminate()
+            process.wait(timeout=60)
+            drop_schema(conninfo, schema)
     try:
         cpu: dict[int, list[float]] = {}
         cursors = head_cursors(base_url, idle_tokens)
@@ -589,8 +651,12 @@ def main() -> int:
             each.terminate()
             each.wait(timeout=60)
         with ConnectionPeak(process.pid, settings.postgres_port) as connections:
+            cpu_before = cpu_seconds(process.pid)
             own = measure_turns_per_second(
                 base_url, tokens, arguments.turns_per_device, shared=False
+            )
+            own_cpu = (cpu_seconds(process.pid) - cpu_before) / (
+                DEVICES * (arguments.turns_per_device + 1)
             )
         shared = measure_turns_per_second(
             base_url, tokens, arguments.turns_per_device, shared=True
@@ -612,10 +678,7 @@ def main() -> int:
             each.terminate()
         for each in [process, *others]:
             each.wait(timeout=60)
-        with psycopg.connect(conninfo, autocommit=True) as connection:
-            connection.execute(
-                sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema))
-            )
+        drop_schema(conninfo, schema)
 
     def row(label: str, values: list[float]) -> str:
         return (
@@ -662,6 +725,10 @@ def main() -> int:
         f"  own conversation each        {own:8.0f} turns/s   (the service held at "
         f"most {connections.peak} connections to PostgreSQL, pool size "
         f"{settings.postgres_pool_size})"
+    )
+    print(
+        f"  (service CPU per request of the own-conversation run: "
+        f"{own_cpu * 1000:.2f} ms)"
     )
     print(f"  one shared conversation      {shared:8.0f} turns/s")
     print(f"raw INSERT+COMMIT via psycopg, {rows} rows")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+import select
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
@@ -20,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 from uuid import uuid4
 
 import psycopg
@@ -338,11 +339,29 @@ class SQLiteDeviceStore:
             self._connection.close()
 
 
+def _check_unless_quiet(connection: psycopg.Connection[Any]) -> None:
+    """The pool's check before lending a connection, with a round trip only
+    when something has arrived on the idle connection.
+
+    A server that stops, restarts or ends the session closes the connection
+    (or sends an error first): either is waiting to be read, and then the
+    connection is pinged and, if it fails, replaced. A quiet connection is
+    lent as it is: every request authenticates, and the ping doubled the
+    round trips of each lookup.
+    """
+    if not connection.closed:
+        readable, _, _ = select.select([connection.fileno()], [], [], 0)
+        if not readable:
+            return
+    ConnectionPool.check_connection(connection)
+
+
 class PostgresDeviceStore:
     """Devices in `<schema>.devices`, through a small psycopg pool.
 
-    The pool checks a connection before lending it (a connection broken by a
-    database restart is replaced, not handed out) and waits at most
+    The pool checks a connection before lending it (a connection the server
+    ended, by a restart or otherwise, is replaced, not handed out:
+    `_check_unless_quiet`) and waits at most
     `pool_timeout` seconds for one: an outage is reported as
     DatabaseUnavailableError within that time instead of after the pool's
     default 30 s.
@@ -366,9 +385,16 @@ class PostgresDeviceStore:
             open=True,
             name="turnledger-devices",
             timeout=pool_timeout,
-            check=ConnectionPool.check_connection,
+            check=_check_unless_quiet,
             reconnect_timeout=24 * 3600.0,
+            # Every request authenticates: in autocommit its lookup is one
+            # round trip, not SELECT then COMMIT. Each write here is one
+            # statement, or in a transaction of its own (mark_revoked).
+            kwargs={"autocommit": True},
         )
+        self._find_by_digest = sql.SQL(
+            "SELECT " + _COLUMNS + ", token_digest FROM {} WHERE token_digest = %s"
+        ).format(self._table)
         try:
             with self._connection() as connection:
                 connection.execute(
@@ -415,14 +441,7 @@ class PostgresDeviceStore:
 
     def find_by_digest(self, token_digest: bytes) -> tuple[Device, bytes] | None:
         with self._connection() as connection:
-            row = connection.execute(
-                sql.SQL(
-                    "SELECT "
-                    + _COLUMNS
-                    + ", token_digest FROM {} WHERE token_digest = %s"
-                ).format(self._table),
-                (token_digest,),
-            ).fetchone()
+            row = connection.execute(self._find_by_digest, (token_digest,)).fetchone()
         return None if row is None else (_device(row[:6]), bytes(row[6]))
 
     def get(self, device_id: str) -> Device | None:

@@ -7,7 +7,6 @@ import math
 from typing import Any
 
 from turnledger.domain.errors import DatabaseUnavailableError, InvalidInputError
-from turnledger.infra.http.protocol import h11_max_incomplete_event_size
 from turnledger.infra.settings import Settings
 
 
@@ -49,10 +48,9 @@ def run(arguments: argparse.Namespace) -> int:
         port=arguments.port or settings.http_port,
         workers=arguments.workers,
         log_level="info",
-        # h11, not httptools: the protocol bounds the request head in bytes and
-        # time (infra/http/protocol.py), which needs h11's view of the buffer.
-        http="turnledger.infra.http.protocol:LimitedH11Protocol",
-        h11_max_incomplete_event_size=h11_max_incomplete_event_size(settings),
+        # httptools (C) with the request head bounded in bytes and time
+        # (infra/http/protocol.py): uvicorn's own puts no limit on either.
+        http="turnledger.infra.http.protocol:LimitedHttpToolsProtocol",
         # Long-polls answer at once when the server stops; this bounds the wait
         # for other requests in flight.
         timeout_graceful_shutdown=math.ceil(settings.http_shutdown_timeout_seconds),

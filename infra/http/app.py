@@ -25,6 +25,7 @@ from turnledger.infra.http import (
     fold_routes,
     purge_routes,
     sync_routes,
+    turn_route,
 )
 from turnledger.infra.http.cursor import CursorCodec
 from turnledger.infra.http.database import (
@@ -152,6 +153,7 @@ def create_app(
                 checkpoints.join(timeout=5)
             purge_retry.stop()
             service.signals.close()
+            service.close_write_threads()
             app.state.database_monitor = None
             await monitor.stop()
             if postgres_check is not None:
@@ -180,6 +182,8 @@ def create_app(
     app.include_router(export_routes.router)
     app.include_router(fold_routes.router)
     app.include_router(purge_routes.router)
+    # Ahead of the routes above: turn writes that need none of FastAPI's work.
+    turn_route.install(app.router.routes)
 
     @app.get("/v1/health", response_model=HealthOut, tags=["service"])
     async def health() -> HealthOut:

@@ -15,7 +15,6 @@ from fastapi import APIRouter, Depends, Path, Query, Response, status
 from starlette.concurrency import run_in_threadpool
 
 from turnledger.domain.application import MAX_HISTORY_PAGE, TurnReceipt
-from turnledger.domain.conversation import TurnStatus
 from turnledger.infra.devices import Device
 from turnledger.infra.http.errors import ERROR_RESPONSES
 from turnledger.infra.http.schemas import (
@@ -41,6 +40,7 @@ from turnledger.infra.http.service import (
     current_device,
     get_service,
 )
+from turnledger.infra.http.turn_route import write_turn
 
 router = APIRouter(
     prefix="/v1/conversations", tags=["conversations"], responses=ERROR_RESPONSES
@@ -189,7 +189,7 @@ async def record_turn(
     # one thread hop per request instead of two.
     def authenticate_and_record() -> tuple[Device, TurnReceipt, int]:
         device = service.registry.authenticate(token)
-        receipt = _record(service, device, conversation_id, turn_id, turn)
+        receipt = write_turn(service, device, conversation_id, turn_id, turn)
         return device, receipt, service.reads.primary_position()
 
     device, receipt, at = await run_in_threadpool(authenticate_and_record)
@@ -201,35 +201,6 @@ async def record_turn(
         status=receipt.status.value,
         version=receipt.version,
         recorded_at=receipt.recorded_at,
-    )
-
-
-def _record(
-    service: Service, device: Device, conversation_id: UUID, turn_id: str, turn: TurnIn
-) -> TurnReceipt:
-    parts = turn.turn_parts()
-    # With parts, the question and answer travel inside them.
-    question = None if parts is not None else turn.question
-    answer = None if parts is not None else turn.answer
-    if turn.status == TurnStatus.CONFIRMED:
-        return service.ledger.confirm_turn(
-            device.user_id,
-            conversation_id,
-            turn_id=turn_id,
-            question=question,
-            answer=answer,
-            parts=parts,
-            expected_version=turn.expected_version,
-        )
-    return service.ledger.record_abandoned_turn(
-        device.user_id,
-        conversation_id,
-        turn_id=turn_id,
-        outcome=turn.status,
-        question=question,
-        partial_answer=answer,
-        parts=parts,
-        expected_version=turn.expected_version,
     )
 
 

@@ -79,7 +79,7 @@ class DatabaseMonitor:
         self._interval = interval
         self._timeout = timeout
         self._state = Availability(available=True, since=time.time())
-        self._went_down = asyncio.Event()
+        self._went_down: asyncio.Future[None] | None = None
         self._poked = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[None] | None = None
@@ -93,8 +93,11 @@ class DatabaseMonitor:
     def available(self) -> bool:
         return self._state.available
 
-    def went_down(self) -> asyncio.Event:
-        """Set when the database is next found unavailable."""
+    def went_down(self) -> asyncio.Future[None]:
+        """Done when the database is next found unavailable (one future shared
+        by every request in flight, so guarding one costs no task)."""
+        if self._went_down is None:
+            self._went_down = asyncio.get_running_loop().create_future()
         return self._went_down
 
     def start(self) -> None:
@@ -144,10 +147,11 @@ class DatabaseMonitor:
         self._state = Availability(available, time.time(), reason)
         if available:
             logger.warning("database available again")
-            self._went_down = asyncio.Event()
+            self._went_down = None
         else:
             logger.warning("database unavailable: %s", reason)
-            self._went_down.set()
+            if self._went_down is not None and not self._went_down.done():
+                self._went_down.set_result(None)
 
     async def _run(self) -> None:
         while not self._stopping:
@@ -235,6 +239,7 @@ class DatabaseGuard:
             return
         went_down = monitor.went_down()
         started = answered = False
+        answering: asyncio.Task[None] | None = None
 
         async def guarded_send(message: Message) -> None:
             nonlocal started
@@ -244,30 +249,31 @@ class DatabaseGuard:
                 started = True
             await send(message)
 
-        work = asyncio.ensure_future(self.app(scope, receive, guarded_send))
-        outage = asyncio.ensure_future(went_down.wait())
+        def on_outage(_: asyncio.Future[None]) -> None:
+            nonlocal answered, answering
+            if started or answered:
+                return
+            answered = True
+            answering = asyncio.get_running_loop().create_task(
+                unavailable_response(self._retry_after)(scope, receive, send)
+            )
+
+        # The request runs in its own task; only an outage starts another one,
+        # which answers 503 while the work goes on to finish or fail.
+        went_down.add_done_callback(on_outage)
         try:
-            await asyncio.wait({work, outage}, return_when=asyncio.FIRST_COMPLETED)
-        except asyncio.CancelledError:
-            work.cancel()
-            outage.cancel()
-            raise
-        outage.cancel()
-        if work.done() or started:
-            await work
-            return
-        answered = True
-        work.add_done_callback(_forget)
-        await unavailable_response(self._retry_after)(scope, receive, send)
-
-
-def _forget(work: asyncio.Future[None]) -> None:
-    """Collect the outcome of a request already answered 503."""
-    if work.cancelled():
-        return
-    error = work.exception()
-    if error is not None and not is_outage(error):
-        logger.warning("a request answered 503 later failed: %s", _one_line(error))
+            await self.app(scope, receive, guarded_send)
+        except Exception as error:
+            if not answered:
+                raise
+            if not is_outage(error):
+                logger.warning(
+                    "a request answered 503 later failed: %s", _one_line(error)
+                )
+        finally:
+            went_down.remove_done_callback(on_outage)
+            if answering is not None:
+                await answering
 
 
 def install_outage_handlers(app: FastAPI, *, retry_after: int) -> None:

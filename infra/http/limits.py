@@ -36,24 +36,26 @@ class BodySizeLimit:
             return
         chunks: list[bytes] = []
         size = 0
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.timeout
-        while True:
-            try:
-                message = await asyncio.wait_for(receive(), deadline - loop.time())
-            except TimeoutError:
-                await self._time_out(scope, receive, send)
-                return
-            if message["type"] == "http.disconnect":
-                return
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_bytes:
-                await self._reject(scope, receive, send)
-                return
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
+        try:
+            # One deadline for the whole body (a timer, not a task per read).
+            async with asyncio.timeout(self.timeout):
+                while True:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        return
+                    chunk = message.get("body", b"")
+                    size += len(chunk)
+                    if size > self.max_bytes:
+                        break
+                    chunks.append(chunk)
+                    if not message.get("more_body", False):
+                        break
+        except TimeoutError:
+            await self._time_out(scope, receive, send)
+            return
+        if size > self.max_bytes:
+            await self._reject(scope, receive, send)
+            return
         body = b"".join(chunks)
         delivered = False
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Annotated
 
@@ -19,6 +20,9 @@ from turnledger.infra.tokenizers import token_counter
 from turnledger.projections.tokens import TokenCounter
 
 POSITION_HEADER = "TurnLedger-Position"
+# Threads for turn writes, each blocked until its group commit has committed:
+# as many as anyio's default thread limit, which bounded them before.
+WRITE_THREADS = 40
 
 ClientPosition = Annotated[
     str | None,
@@ -43,6 +47,7 @@ class Service:
     signals: UserSignals = field(init=False)
 
     _counters: dict[str, TokenCounter] = field(default_factory=dict)
+    _write_threads: ThreadPoolExecutor | None = None
 
     def __post_init__(self) -> None:
         self.feed = ConversationFeed(self.ledger)
@@ -68,6 +73,20 @@ class Service:
             response.headers[POSITION_HEADER] = self.cursors.encode_wal(
                 device.user_id, position
             )
+
+    def write_threads(self) -> ThreadPoolExecutor:
+        """The pool turn writes wait in (made on first use)."""
+        if self._write_threads is None:
+            self._write_threads = ThreadPoolExecutor(
+                WRITE_THREADS, thread_name_prefix="turnledger-write"
+            )
+        return self._write_threads
+
+    def close_write_threads(self) -> None:
+        """At shutdown: writes still waiting finish on their own threads."""
+        threads, self._write_threads = self._write_threads, None
+        if threads is not None:
+            threads.shutdown(wait=False)
 
     def token_counter(self, name: str) -> TokenCounter:
         """The named counter, loaded once (tiktoken encodings take a while)."""

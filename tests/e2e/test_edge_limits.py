@@ -231,3 +231,31 @@ def test_long_polls_are_capped_per_device_and_per_user(
     assert results == [200, 200, 200]
     # Once they are answered, the device may wait again.
     assert phone.get("/v1/sync", params={"timeout": 0.2}).status_code == 200
+
+
+def test_pipelined_requests_are_answered_and_a_later_head_is_bounded_too(
+    server: Server,
+) -> None:
+    sock = connect(server)
+    request = b"GET /v1/health HTTP/1.1\r\nHost: x\r\n"
+    sock.sendall(
+        request + b"\r\n" + request + b"\r\n" + request + b"Connection: close\r\n\r\n"
+    )
+    answers = b""
+    while chunk := sock.recv(65536):
+        answers += chunk
+    assert answers.count(b"HTTP/1.1 200 OK\r\n") == 3, answers
+    sock.close()
+    # On a kept-alive connection, the next head is counted as it arrives.
+    sock = connect(server)
+    sock.sendall(request + b"\r\n")
+    assert read_response(sock)[0] == 200
+    sock.sendall(request + b"X-Big: ")
+    with contextlib.suppress(OSError):  # the server may stop reading once it answered
+        for _ in range(MAX_HEAD // 1024 + 2):
+            sock.sendall(b"a" * 1024)
+            time.sleep(0.01)
+    status, headers, body = read_response(sock)
+    assert status == 431, body
+    assert headers["connection"] == "close"
+    sock.close()

@@ -1,0 +1,138 @@
+"""The turn write's short path (infra/http/turn_route.py) answers exactly as the
+documented FastAPI route, and hands that route every request it does not
+plainly accept."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from uuid import UUID
+
+import pytest
+from fastapi.testclient import TestClient
+
+from turnledger.infra.http.app import create_app
+from turnledger.infra.settings import Settings
+
+
+@pytest.fixture
+def http(settings: Settings) -> Iterator[tuple[TestClient, dict[str, str], str]]:
+    app = create_app(settings)
+    with TestClient(app) as client:
+        token = app.state.service.registry.add("alice", "phone").token
+        auth = {"Authorization": f"Bearer {token}"}
+        created = client.post("/v1/conversations", headers=auth)
+        yield client, auth, created.json()["conversation_id"]
+
+
+def history(client: TestClient, auth: dict[str, str], conversation: str) -> list[str]:
+    page = client.get(f"/v1/conversations/{conversation}/turns", headers=auth)
+    return [item["turn_id"] for item in page.json()["items"]]
+
+
+def test_both_routes_give_the_same_receipt_for_the_same_turn(
+    http: tuple[TestClient, dict[str, str], str],
+) -> None:
+    client, auth, conversation = http
+    turn = {"question": "Hello?", "answer": "Hi."}
+    # The canonical spelling takes the short path; the same id without hyphens
+    # is valid too, but is passed on to the documented route.
+    short = client.put(
+        f"/v1/conversations/{conversation}/turns/t1", headers=auth, json=turn
+    )
+    passed_on = client.put(
+        f"/v1/conversations/{UUID(conversation).hex}/turns/t1", headers=auth, json=turn
+    )
+    assert short.status_code == passed_on.status_code == 200
+    assert short.content == passed_on.content
+    assert short.headers["content-type"] == passed_on.headers["content-type"]
+    assert short.json()["conversation_id"] == conversation
+    assert short.json()["version"] == 2
+    assert history(client, auth, conversation) == ["t1"]
+
+
+def test_an_abandoned_turn_takes_the_short_path_too(
+    http: tuple[TestClient, dict[str, str], str],
+) -> None:
+    client, auth, conversation = http
+    response = client.put(
+        f"/v1/conversations/{conversation}/turns/t1",
+        headers=auth,
+        json={"question": "Hello?", "answer": "Hi, I", "status": "stopped"},
+    )
+    assert response.status_code == 200, response.text
+    assert response.json()["status"] == "stopped"
+    # Written on the service's own write pool, not on anyio's worker threads.
+    assert any(t.name.startswith("turnledger-write") for t in threading.enumerate())
+
+
+@pytest.mark.parametrize(
+    ("content_type", "body", "status", "code"),
+    [
+        ("text/plain", b'{"question": "q", "answer": "a"}', 422, "invalid_request"),
+        (None, b'{"question": "q", "answer": "a"}', 422, "invalid_request"),
+        ("application/json", b"", 422, "invalid_request"),
+        (
+            "application/json",
+            b'{"question": "q", "answer": "a", "x": 1}',
+            422,
+            "invalid_request",
+        ),
+        ("application/json", b'{"question": "q"', 422, "malformed_json"),
+        (
+            "application/merge-patch+json",
+            b'{"question": "q", "answer": "a"}',
+            200,
+            None,
+        ),
+    ],
+)
+def test_what_the_short_path_does_not_take_is_answered_by_the_documented_route(
+    http: tuple[TestClient, dict[str, str], str],
+    content_type: str | None,
+    body: bytes,
+    status: int,
+    code: str | None,
+) -> None:
+    client, auth, conversation = http
+    headers = dict(auth)
+    if content_type is not None:
+        headers["content-type"] = content_type
+    response = client.put(
+        f"/v1/conversations/{conversation}/turns/t1", headers=headers, content=body
+    )
+    assert response.status_code == status, response.text
+    if code is not None:
+        assert response.json()["error"]["code"] == code
+        assert history(client, auth, conversation) == []
+    else:
+        assert history(client, auth, conversation) == ["t1"]
+
+
+def test_a_malformed_turn_id_or_conversation_id_keeps_its_documented_answer(
+    http: tuple[TestClient, dict[str, str], str],
+) -> None:
+    client, auth, conversation = http
+    turn = {"question": "q", "answer": "a"}
+    bad_turn = client.put(
+        f"/v1/conversations/{conversation}/turns/-starts-with-a-dash",
+        headers=auth,
+        json=turn,
+    )
+    long_turn = client.put(
+        f"/v1/conversations/{conversation}/turns/{'t' * 129}", headers=auth, json=turn
+    )
+    bad_conversation = client.put(
+        "/v1/conversations/not-a-uuid/turns/t1", headers=auth, json=turn
+    )
+    for response in (bad_turn, long_turn, bad_conversation):
+        assert response.status_code == 422, response.text
+        assert response.json()["error"]["code"] == "invalid_request"
+    # Other methods on the path are not the short path's either.
+    assert (
+        client.delete(
+            f"/v1/conversations/{conversation}/turns/t1", headers=auth
+        ).status_code
+        == 405
+    )
+    assert history(client, auth, conversation) == []
