@@ -449,7 +449,8 @@ def main() -> int:
         f"PostgreSQL {server[0] if server else '?'}, synchronous_commit="
         f"{sync[0] if sync else '?'}, "
         f"autovacuum={autovacuum[0] if autovacuum else '?'}, "
-        f"schema {schema}, {os.cpu_count()} CPUs, "
+        f"schema {schema}, batches in flight "
+        f"{settings.postgres_batches_in_flight}, {os.cpu_count()} CPUs, "
         f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
     )
     print(
