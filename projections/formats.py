@@ -35,11 +35,13 @@ from json.encoder import encode_basestring
 from typing import Any, Literal, get_args
 
 from turnledger.projections.turn_shapes import (
+    ARGUMENTS_AS_OBJECTS,
     TURN_SHAPES,
     TURN_TEXTS,
     SentTurn,
     TurnContent,
     anthropic_turn,
+    arguments_json_many,
     gemini_turn,
     openai_chat_turn,
     openai_responses_turn,
@@ -202,12 +204,25 @@ def _render_text(wire_format: str, parts: RequestParts) -> str:
     if not frame.endswith(tail):
         raise AssertionError(f"the {wire_format} body does not end with its question")
     turn_texts = TURN_TEXTS[wire_format]
+    arguments = None
+    if wire_format in ARGUMENTS_AS_OBJECTS:
+        arguments = iter(
+            arguments_json_many(
+                [
+                    step["arguments"]
+                    for pair in parts.pairs
+                    if not isinstance(pair, tuple)
+                    for step in pair.step_documents
+                    if step["kind"] == "tool_call"
+                ]
+            )
+        )
     messages: list[str] = []
     for pair in parts.pairs:
         if isinstance(pair, tuple):
             messages += pair_texts(*pair)
         else:
-            messages += turn_texts(pair)
+            messages += turn_texts(pair, arguments)
     messages.append(tail)
     return frame[: len(frame) - len(tail)] + ",".join(messages)
 

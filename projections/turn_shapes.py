@@ -26,7 +26,7 @@ message with one text holds a plain string, as in a text-only turn.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from typing import Any, Protocol
 
@@ -37,6 +37,7 @@ from turnledger.domain.parts import (
     Refusal,
     ToolCall,
     ToolResult,
+    load_json,
     scan_json,
 )
 
@@ -432,6 +433,46 @@ def arguments_json(arguments: str) -> str:
     return "".join(_chunks(value, 0))
 
 
+# The formats that send a call's arguments as an object. A body in one of them
+# serializes them all at once (arguments_json_many) and hands each turn's
+# renderer (`arguments`) the texts, in the order of the calls.
+ARGUMENTS_AS_OBJECTS = frozenset({"anthropic-messages", "gemini-contents"})
+
+# A lone surrogate: never in a recorded text (check_text refuses it, as it
+# cannot be encoded as UTF-8), and written by the serializer as itself.
+_MARK = "\ud800"
+_BETWEEN = ',"\ud800",'
+
+
+def arguments_json_many(arguments: Sequence[str]) -> list[str]:
+    """`[arguments_json(a) for a in arguments]`, parsed and serialized in one go.
+
+    The texts are parsed as one JSON list (each is the JSON text of an object,
+    checked when recorded), and the objects serialized as one list with the
+    mark between them, which is then split at the marks: two calls into the
+    serializer's C code instead of two per call. Should an object itself hold
+    the mark (a "\\ud800" escape in its text), the pieces do not add up and
+    each is done alone.
+    """
+    if len(arguments) < 2 or _chunks is None:
+        return [arguments_json(text) for text in arguments]
+    values = load_json("[" + ",".join(arguments) + "]")
+    marked = [_MARK] * (2 * len(values) - 1)
+    marked[::2] = values
+    pieces = "".join(_chunks(marked, 0))[1:-1].split(_BETWEEN)
+    if len(pieces) != len(values):
+        return [arguments_json(text) for text in arguments]
+    return pieces
+
+
+def _arguments(call: Mapping[str, Any], arguments: Iterator[str] | None) -> str:
+    """The call's arguments as an object: the next of `arguments` when the body
+    serialized them beforehand."""
+    if arguments is None:
+        return arguments_json(call["arguments"])
+    return next(arguments)
+
+
 def _list(items: list[str]) -> str:
     return "[" + ",".join(items) + "]"
 
@@ -467,7 +508,9 @@ def _gemini_attachment_text(attachment: Attachment) -> str:
     return _object(_gemini_attachment(attachment))
 
 
-def openai_chat_texts(turn: TurnDocuments) -> list[str]:
+def openai_chat_texts(
+    turn: TurnDocuments, arguments: Iterator[str] | None = None
+) -> list[str]:
     if turn.attachments:
         user = [f'{{"type":"text","text":{_string(turn.question)}}}']
         user += [_chat_attachment_text(a) for a in turn.attachments]
@@ -522,7 +565,9 @@ def _chat_assistant_text(said: list[Mapping[str, Any]], calls: list[str]) -> str
     return f'{{"role":"assistant","content":{content}}}'
 
 
-def openai_responses_texts(turn: TurnDocuments) -> list[str]:
+def openai_responses_texts(
+    turn: TurnDocuments, arguments: Iterator[str] | None = None
+) -> list[str]:
     if turn.attachments:
         user = [f'{{"type":"input_text","text":{_string(turn.question)}}}']
         user += [_responses_attachment_text(a) for a in turn.attachments]
@@ -557,7 +602,9 @@ def _anthropic_content(blocks: list[str], first_text: str | None) -> str:
     return _list(blocks)
 
 
-def anthropic_texts(turn: TurnDocuments) -> list[str]:
+def anthropic_texts(
+    turn: TurnDocuments, arguments: Iterator[str] | None = None
+) -> list[str]:
     question = _string(turn.question)
     if turn.attachments:
         user = [f'{{"type":"text","text":{question}}}']
@@ -588,7 +635,7 @@ def anthropic_texts(turn: TurnDocuments) -> list[str]:
             run.append(
                 f'{{"type":"tool_use","id":{_string(step["call_id"])},'
                 f'"name":{_string(step["name"])},'
-                f'"input":{arguments_json(step["arguments"])}}}'
+                f'"input":{_arguments(step, arguments)}}}'
             )
         else:
             text = _string(step["text"])
@@ -607,7 +654,9 @@ def anthropic_texts(turn: TurnDocuments) -> list[str]:
     return messages
 
 
-def gemini_texts(turn: TurnDocuments) -> list[str]:
+def gemini_texts(
+    turn: TurnDocuments, arguments: Iterator[str] | None = None
+) -> list[str]:
     user = [f'{{"text":{_string(turn.question)}}}']
     user += [_gemini_attachment_text(a) for a in turn.attachments]
     contents = [f'{{"role":"user","parts":{_list(user)}}}']
@@ -634,7 +683,7 @@ def gemini_texts(turn: TurnDocuments) -> list[str]:
             name = names[step["call_id"]] = _string(step["name"])
             run.append(
                 f'{{"functionCall":{{"id":{_string(step["call_id"])},"name":{name},'
-                f'"args":{arguments_json(step["arguments"])}}}}}'
+                f'"args":{_arguments(step, arguments)}}}}}'
             )
         else:
             run.append(f'{{"text":{_string(step["text"])}}}')
@@ -645,7 +694,7 @@ def gemini_texts(turn: TurnDocuments) -> list[str]:
     return contents
 
 
-TURN_TEXTS: dict[str, Callable[[TurnDocuments], list[str]]] = {
+TURN_TEXTS: dict[str, Callable[[TurnDocuments, Iterator[str] | None], list[str]]] = {
     "openai-chat": openai_chat_texts,
     "openai-responses": openai_responses_texts,
     "anthropic-messages": anthropic_texts,

@@ -22,9 +22,11 @@ from tests.strategies import (
     abandoned_mid_tool,
     hostile_text,
     sendable_text,
+    tool_arguments,
     tool_turns,
 )
 from turnledger.domain.parts import ToolCall, TurnParts, encode_parts
+from turnledger.projections import turn_shapes
 from turnledger.projections.formats import (
     WIRE_FORMATS,
     RequestParts,
@@ -36,6 +38,7 @@ from turnledger.projections.turn_shapes import (
     TURN_SHAPES,
     TURN_TEXTS,
     arguments_json,
+    arguments_json_many,
 )
 from turnledger.projections.window import OpenedTurn, WindowTurn
 
@@ -124,3 +127,30 @@ def test_a_body_with_parts_is_its_document_serialized(
 def test_arguments_are_the_object_serialized_again(arguments: str) -> None:
     ToolCall("c", "f", arguments)  # a valid call
     assert arguments_json(arguments).encode() == encode_json(json.loads(arguments))
+
+
+@settings(max_examples=200, deadline=None)
+@given(arguments=st.lists(tool_arguments(), max_size=6))
+def test_arguments_serialized_together_are_each_serialized_alone(
+    arguments: list[str],
+) -> None:
+    assert arguments_json_many(arguments) == [arguments_json(a) for a in arguments]
+
+
+def test_arguments_holding_the_mark_are_serialized_one_at_a_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # "\\ud800" (an escape the JSON text may hold, though no provider could
+    # take it) parses to the mark the serialized list is split at.
+    arguments = ['{"a": 1}', '{"x": [1, "\\ud800", 2]}', "{}"]
+    alone = [arguments_json(a) for a in arguments]
+    assert alone[1] == '{"x":[1,"\ud800",2]}'
+    calls: list[str] = []
+
+    def counted(text: str) -> str:
+        calls.append(text)
+        return arguments_json(text)
+
+    monkeypatch.setattr(turn_shapes, "arguments_json", counted)
+    assert arguments_json_many(arguments) == alone
+    assert calls == arguments
