@@ -71,7 +71,7 @@ class RequestParts:
     system: str
     question: str
     # Text-only turns as (question, answer); a turn with tool calls or
-    # attachments as its TurnContent (projections/turn_shapes.py).
+    # attachments as itself, steps and their documents (turn_shapes.SentTurn).
     pairs: Sequence[tuple[str, str] | SentTurn] = field(default_factory=tuple)
     fold: str | None = None  # labelled summary, or None
     max_output_tokens: int = 1000
