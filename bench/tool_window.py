@@ -112,15 +112,19 @@ def build(ledger: Conversations, count: int) -> tuple[UUID, UUID]:
 
 def timed_pair(
     first: Callable[[], object], second: Callable[[], object], repeat: int
-) -> tuple[float, float]:
-    """Median seconds of each, run alternately so load changes hit both alike."""
+) -> tuple[float, float, float]:
+    """Median seconds of each, run alternately so load changes hit both alike,
+    and the median of the ratios second / first of the runs made back to back
+    (on a shared machine it moves less from run to run than the ratio of the
+    medians, which is the figure)."""
     times: tuple[list[float], list[float]] = ([], [])
     for _ in range(repeat):
         for action, spent in zip((first, second), times, strict=True):
             started = time.perf_counter()
             action()
             spent.append(time.perf_counter() - started)
-    return statistics.median(times[0]), statistics.median(times[1])
+    paired = statistics.median(b / a for a, b in zip(*times, strict=True))
+    return statistics.median(times[0]), statistics.median(times[1]), paired
 
 
 def run(settings: Settings, count: int, repeat: int) -> bool:
@@ -131,7 +135,7 @@ def run(settings: Settings, count: int, repeat: int) -> bool:
         print(f"{settings.persistence}, {count:,} turns each, 50-turn window")
         print(
             f"{'format':<20} {'text ms':>9} {'tools ms':>9} {'ratio':>7} "
-            f"{'text bytes':>11} {'tools bytes':>11}"
+            f"{'paired':>7} {'text bytes':>11} {'tools bytes':>11}"
         )
         for wire_format in WIRE_FORMATS:
             policy = WindowPolicy(
@@ -155,14 +159,14 @@ def run(settings: Settings, count: int, repeat: int) -> bool:
                 ).window.body
 
             assert len(project(tool_id)) > len(project(text_id)) // 2
-            text_s, tool_s = timed_pair(
+            text_s, tool_s, paired = timed_pair(
                 lambda: project(text_id), lambda: project(tool_id), repeat
             )
             ratio = tool_s / text_s
             ok = ok and ratio <= LIMIT
             print(
                 f"{wire_format:<20} {text_s * 1e3:>9.2f} {tool_s * 1e3:>9.2f} "
-                f"{ratio:>6.2f}x {len(project(text_id)):>11,} "
+                f"{ratio:>6.2f}x {paired:>6.2f}x {len(project(text_id)):>11,} "
                 f"{len(project(tool_id)):>11,}"
             )
     finally:

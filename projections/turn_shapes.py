@@ -397,17 +397,17 @@ class SentTurn(TurnContent, TurnDocuments, Protocol):
 
 _string = encode_basestring  # json.dumps's own, with ensure_ascii=False
 # The encoder json.dumps makes for each call with these settings, made once:
-# without circular checks it keeps no state between calls.
+# without circular checks it keeps no state between calls. (Without the C
+# encoder, or should its signature change, the JSONEncoder does the same.)
 _encoder = json.JSONEncoder(
     ensure_ascii=False, separators=(",", ":"), check_circular=False
 )
-_chunks = (
-    None
-    if c_make_encoder is None
-    else c_make_encoder(
+try:
+    _chunks = c_make_encoder(
         None, _encoder.default, _string, None, ":", ",", False, False, True
     )
-)
+except TypeError:  # None, or another signature
+    _chunks = None
 
 
 def _object(document: dict[str, Any]) -> str:
