@@ -33,7 +33,6 @@ import base64
 import binascii
 import hashlib
 import json
-import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -51,6 +50,7 @@ __all__ = [
     "ToolCall",
     "ToolResult",
     "TurnParts",
+    "attachment_of",
     "decode_many_part_documents",
     "decode_part_documents",
     "decode_parts",
@@ -496,29 +496,29 @@ def decode_parts(*, question: str, answer: str, parts_text: str | None) -> TurnP
     without checking them again: a window reads many turns, and the checks
     (JSON parsing of every argument, patterns) would cost more than the rest.
     """
-    attachments, documents = (
+    attachments, steps = (
         ((), ()) if parts_text is None else decode_part_documents(parts_text)
     )
     turn = _new(TurnParts)
     _set_question(turn, question)
     _set_answer(turn, answer)
-    _set_attachments(turn, attachments)
-    _set_steps(turn, steps_of(documents))
+    _set_attachments(turn, tuple(map(attachment_of, attachments)))
+    _set_steps(turn, steps_of(steps))
     return turn
 
 
-def decode_part_documents(
-    parts_text: str,
-) -> tuple[tuple[Attachment, ...], tuple[dict[str, Any], ...]]:
-    """The attachments of a sealed parts text (encode_parts), and its steps as
-    their documents (each step's to_document, "kind" included), unchecked
-    like decode_parts: a window renders the documents as they are."""
+PartDocuments: TypeAlias = tuple[tuple[dict[str, Any], ...], tuple[dict[str, Any], ...]]
+
+
+def decode_part_documents(parts_text: str) -> PartDocuments:
+    """The documents of a sealed parts text (encode_parts), unchecked like
+    decode_parts: its attachments' and its steps' (to_document, "kind"
+    included). A window writes a turn from them (attachment_of and steps_of
+    make the objects)."""
     return _split_documents(load_json(parts_text))
 
 
-def decode_many_part_documents(
-    parts_texts: Sequence[str],
-) -> list[tuple[tuple[Attachment, ...], tuple[dict[str, Any], ...]]]:
+def decode_many_part_documents(parts_texts: Sequence[str]) -> list[PartDocuments]:
     """decode_part_documents of each text, parsed as one JSON list: one parse
     of a window's turns instead of one per turn (each text is a JSON list)."""
     if len(parts_texts) < 2:
@@ -527,32 +527,35 @@ def decode_many_part_documents(
     return [_split_documents(documents) for documents in parsed]
 
 
-def _split_documents(
-    documents: list[dict[str, Any]],
-) -> tuple[tuple[Attachment, ...], tuple[dict[str, Any], ...]]:
-    attachments: list[Attachment] = []
+def _split_documents(documents: list[dict[str, Any]]) -> PartDocuments:
     at = 0  # attachments come first (encode_parts)
     while at < len(documents) and documents[at]["kind"] == "attachment":
-        document = documents[at]
-        del document["kind"]
-        data = document.get("data")
-        if data is not None:
-            document["data"] = base64.b64decode(data)
-        attachments.append(_attachment(document))
         at += 1
-    steps = tuple(documents[at:])
-    kinds = set(map(_kind, steps))
-    if not kinds.issubset(_STEP_BUILDERS):
-        raise ValueError(f"unknown part kinds {sorted(kinds - set(_STEP_BUILDERS))}")
-    return tuple(attachments), steps
+    return tuple(documents[:at]), tuple(documents[at:])
 
 
-_kind = operator.itemgetter("kind")
+def attachment_of(document: Mapping[str, Any]) -> Attachment:
+    """The attachment of its document (to_document: inline data as base64),
+    unchecked like decode_parts (a field left out, such as a missing uri, is
+    None)."""
+    attachment = _new(Attachment)
+    for name, set_field in _attachment_setters:
+        set_field(attachment, document.get(name))
+    data = document.get("data")
+    if data is not None:
+        _set_data(attachment, base64.b64decode(data))
+    return attachment
 
 
 def steps_of(documents: Sequence[Mapping[str, Any]]) -> tuple[AssistantStep, ...]:
     """The steps these documents (decode_part_documents) hold, unchecked."""
-    return tuple(_STEP_BUILDERS[document["kind"]](document) for document in documents)
+    steps = []
+    for document in documents:
+        build = _STEP_BUILDERS.get(document["kind"])
+        if build is None:
+            raise ValueError(f"unknown part kind {document['kind']!r}")
+        steps.append(build(document))
+    return tuple(steps)
 
 
 # The scanner json.loads runs (its default decoder's, made the same way):
@@ -606,15 +609,7 @@ _ATTACHMENT_SLOTS: tuple[str, ...] = Attachment.__slots__
 _attachment_setters = tuple(
     zip(_ATTACHMENT_SLOTS, _slot_setters(Attachment, *_ATTACHMENT_SLOTS), strict=True)
 )
-
-
-def _attachment(document: Mapping[str, Any]) -> Attachment:
-    """An attachment from its document, "kind" left out and data decoded (a
-    field left out, such as a missing uri, is None)."""
-    attachment = _new(Attachment)
-    for name, set_field in _attachment_setters:
-        set_field(attachment, document.get(name))
-    return attachment
+_set_data = _attachment_setters[_ATTACHMENT_SLOTS.index("data")][1]
 
 
 def _tool_call(document: Mapping[str, Any]) -> ToolCall:

@@ -234,11 +234,11 @@ class ConversationQueries:
                 turns[row.turn_id] = WindowTurn(row.turn_id, question, answer)
             else:
                 with_parts.append((row.turn_id, question, answer, parts_text))
-        parts = decode_many_part_documents([turn[3] for turn in with_parts])
-        for (turn_id, question, answer, _), (attachments, steps) in zip(
-            with_parts, parts, strict=True
+        documents = decode_many_part_documents([turn[3] for turn in with_parts])
+        for (turn_id, question, answer, _), parts in zip(
+            with_parts, documents, strict=True
         ):
-            turns[turn_id] = OpenedTurn(turn_id, question, answer, attachments, steps)
+            turns[turn_id] = OpenedTurn(turn_id, question, answer, *parts)
         return turns
 
     def read_fold(self, conversation_id: UUID, fold: FoldRow) -> str:

@@ -37,6 +37,7 @@ from turnledger.domain.parts import (
     Refusal,
     ToolCall,
     ToolResult,
+    attachment_of,
     load_json,
     scan_json,
 )
@@ -376,7 +377,8 @@ TURN_SHAPES = {
 
 
 class TurnDocuments(Protocol):
-    """A turn's texts as they are sent, its steps as their part documents."""
+    """A turn's texts as they are sent, its attachments and steps as their
+    part documents (to_document; sealed in that form)."""
 
     @property
     def question(self) -> str: ...
@@ -385,7 +387,7 @@ class TurnDocuments(Protocol):
     def answer(self) -> str: ...
 
     @property
-    def attachments(self) -> tuple[Attachment, ...]: ...
+    def attachment_documents(self) -> Sequence[Mapping[str, Any]]: ...
 
     @property
     def step_documents(self) -> Sequence[Mapping[str, Any]]: ...
@@ -478,42 +480,60 @@ def _list(items: list[str]) -> str:
 
 
 # Attachments: an image by URL (the usual one) is written out, any other is
-# built as its document and serialized.
+# made from its document, built as the shape above and serialized.
 
 
-def _chat_attachment_text(attachment: Attachment) -> str:
-    if attachment.uri is not None and attachment.is_image:
-        return f'{{"type":"image_url","image_url":{{"url":{_string(attachment.uri)}}}}}'
-    return _object(_chat_attachment(attachment))
+def _image_url(attachment: Mapping[str, Any]) -> str | None:
+    """The URL of an image by URL, as JSON text; None for any other."""
+    uri = attachment.get("uri")
+    if uri is None or not attachment["media_type"].startswith("image/"):
+        return None
+    return _string(uri)
 
 
-def _responses_attachment_text(attachment: Attachment) -> str:
-    if attachment.uri is not None and attachment.is_image:
-        url = _string(attachment.uri)
+def _chat_attachment_text(attachment: Mapping[str, Any]) -> str:
+    url = _image_url(attachment)
+    if url is not None:
+        return f'{{"type":"image_url","image_url":{{"url":{url}}}}}'
+    return _object(_chat_attachment(attachment_of(attachment)))
+
+
+def _responses_attachment_text(attachment: Mapping[str, Any]) -> str:
+    url = _image_url(attachment)
+    if url is not None:
         return f'{{"type":"input_image","image_url":{url},"detail":"auto"}}'
-    return _object(_responses_attachment(attachment))
+    return _object(_responses_attachment(attachment_of(attachment)))
 
 
-def _anthropic_attachment_text(attachment: Attachment) -> str:
-    if attachment.uri is not None and attachment.is_image:
-        url = _string(attachment.uri)
+def _anthropic_attachment_text(attachment: Mapping[str, Any]) -> str:
+    url = _image_url(attachment)
+    if url is not None:
         return f'{{"type":"image","source":{{"type":"url","url":{url}}}}}'
-    return _object(_anthropic_attachment(attachment))
+    return _object(_anthropic_attachment(attachment_of(attachment)))
 
 
-def _gemini_attachment_text(attachment: Attachment) -> str:
-    if attachment.uri is not None:
-        media_type, uri = _string(attachment.media_type), _string(attachment.uri)
-        return f'{{"fileData":{{"mimeType":{media_type},"fileUri":{uri}}}}}'
-    return _object(_gemini_attachment(attachment))
+def _gemini_attachment_text(attachment: Mapping[str, Any]) -> str:
+    uri = attachment.get("uri")
+    if uri is not None:
+        media_type = _string(attachment["media_type"])
+        return f'{{"fileData":{{"mimeType":{media_type},"fileUri":{_string(uri)}}}}}'
+    return _object(_gemini_attachment(attachment_of(attachment)))
+
+
+# Steps said as text (a refusal is one in all but OpenAI chat).
+_SAID = frozenset({"assistant_text", "refusal"})
+
+
+def _unknown(step: Mapping[str, Any]) -> ValueError:
+    return ValueError(f"unknown part kind {step.get('kind')!r}")
 
 
 def openai_chat_texts(
     turn: TurnDocuments, arguments: Iterator[str] | None = None
 ) -> list[str]:
-    if turn.attachments:
+    if turn.attachment_documents:
         user = [f'{{"type":"text","text":{_string(turn.question)}}}']
-        user += [_chat_attachment_text(a) for a in turn.attachments]
+        user += [_chat_attachment_text(a) for a in turn.attachment_documents]
         messages = [f'{{"role":"user","content":{_list(user)}}}']
     else:
         messages = [f'{{"role":"user","content":{_string(turn.question)}}}']
@@ -535,8 +555,10 @@ def openai_chat_texts(
                 f'{{"name":{_string(step["name"])},'
                 f'"arguments":{_string(step["arguments"])}}}}}'
             )
-        else:
+        elif kind in _SAID:
             said.append(step)
+        else:
+            raise _unknown(step)
     if said or calls:
         messages.append(_chat_assistant_text(said, calls))
     messages.append(f'{{"role":"assistant","content":{_string(turn.answer)}}}')
@@ -568,9 +590,9 @@ def _chat_assistant_text(said: list[Mapping[str, Any]], calls: list[str]) -> str
 def openai_responses_texts(
     turn: TurnDocuments, arguments: Iterator[str] | None = None
 ) -> list[str]:
-    if turn.attachments:
+    if turn.attachment_documents:
         user = [f'{{"type":"input_text","text":{_string(turn.question)}}}']
-        user += [_responses_attachment_text(a) for a in turn.attachments]
+        user += [_responses_attachment_text(a) for a in turn.attachment_documents]
         items = [f'{{"role":"user","content":{_list(user)}}}']
     else:
         items = [f'{{"role":"user","content":{_string(turn.question)}}}']
@@ -588,8 +610,10 @@ def openai_responses_texts(
                 f'"call_id":{_string(step["call_id"])},'
                 f'"output":{_string(step["content"])}}}'
             )
-        else:
+        elif kind in _SAID:
             items.append(f'{{"role":"assistant","content":{_string(step["text"])}}}')
+        else:
+            raise _unknown(step)
     items.append(f'{{"role":"assistant","content":{_string(turn.answer)}}}')
     return items
 
@@ -606,9 +630,9 @@ def anthropic_texts(
     turn: TurnDocuments, arguments: Iterator[str] | None = None
 ) -> list[str]:
     question = _string(turn.question)
-    if turn.attachments:
+    if turn.attachment_documents:
         user = [f'{{"type":"text","text":{question}}}']
-        user += [_anthropic_attachment_text(a) for a in turn.attachments]
+        user += [_anthropic_attachment_text(a) for a in turn.attachment_documents]
         messages = [f'{{"role":"user","content":{_list(user)}}}']
     else:
         messages = [f'{{"role":"user","content":{question}}}']
@@ -637,11 +661,13 @@ def anthropic_texts(
                 f'"name":{_string(step["name"])},'
                 f'"input":{_arguments(step, arguments)}}}'
             )
-        else:
+        elif kind in _SAID:
             text = _string(step["text"])
             if not run:
                 first_text = text
             run.append(f'{{"type":"text","text":{text}}}')
+        else:
+            raise _unknown(step)
     if results is not None:
         messages.append(f'{{"role":"user","content":{_list(results)}}}')
     # A run no result answered (text only) is said with the final answer.
@@ -658,7 +684,7 @@ def gemini_texts(
     turn: TurnDocuments, arguments: Iterator[str] | None = None
 ) -> list[str]:
     user = [f'{{"text":{_string(turn.question)}}}']
-    user += [_gemini_attachment_text(a) for a in turn.attachments]
+    user += [_gemini_attachment_text(a) for a in turn.attachment_documents]
     contents = [f'{{"role":"user","parts":{_list(user)}}}']
     names: dict[str, str] = {}  # call id -> the call's name as JSON text
     run: list[str] = []
@@ -685,8 +711,10 @@ def gemini_texts(
                 f'{{"functionCall":{{"id":{_string(step["call_id"])},"name":{name},'
                 f'"args":{_arguments(step, arguments)}}}}}'
             )
-        else:
+        elif kind in _SAID:
             run.append(f'{{"text":{_string(step["text"])}}}')
+        else:
+            raise _unknown(step)
     if results is not None:
         contents.append(f'{{"role":"user","parts":{_list(results)}}}')
     run.append(f'{{"text":{_string(turn.answer)}}}')

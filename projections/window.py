@@ -48,6 +48,7 @@ from turnledger.domain.parts import (
     ToolCall,
     ToolResult,
     TurnParts,
+    attachment_of,
     decode_part_documents,
     steps_of,
 )
@@ -140,28 +141,36 @@ class WindowTurn:
         return cls(turn_id, turn.question, turn.answer, turn.attachments, turn.steps)
 
     @property
+    def attachment_documents(self) -> tuple[dict[str, Any], ...]:
+        return tuple(attachment.to_document() for attachment in self.attachments)
+
+    @property
     def step_documents(self) -> tuple[dict[str, Any], ...]:
         return tuple(step.to_document() for step in self.steps)
 
 
 @dataclass(frozen=True, slots=True)
 class OpenedTurn:
-    """A turn with parts as a window reads it to send it untrimmed: its steps
-    are the part documents its sealed parts were parsed to, which the body is
-    written from (turn_shapes.TURN_TEXTS) without making the step objects."""
+    """A turn with parts as a window reads it to send it untrimmed: its
+    attachments and steps are the part documents its sealed parts were parsed
+    to, which the body is written from (turn_shapes.TURN_TEXTS) without making
+    their objects (`attachments` and `steps` make them when asked)."""
 
     turn_id: str
     question: str
     answer: str
-    attachments: tuple[Attachment, ...]
+    attachment_documents: tuple[Mapping[str, Any], ...]
     step_documents: tuple[Mapping[str, Any], ...]
 
     @classmethod
     def of(
         cls, turn_id: str, question: str, answer: str, parts_text: str
     ) -> OpenedTurn:
-        attachments, documents = decode_part_documents(parts_text)
-        return cls(turn_id, question, answer, attachments, documents)
+        return cls(turn_id, question, answer, *decode_part_documents(parts_text))
+
+    @property
+    def attachments(self) -> tuple[Attachment, ...]:
+        return tuple(map(attachment_of, self.attachment_documents))
 
     @property
     def steps(self) -> tuple[AssistantStep, ...]:

@@ -25,7 +25,7 @@ from tests.strategies import (
     tool_arguments,
     tool_turns,
 )
-from turnledger.domain.parts import ToolCall, TurnParts, encode_parts
+from turnledger.domain.parts import ToolCall, TurnParts, decode_parts, encode_parts
 from turnledger.projections import turn_shapes
 from turnledger.projections.formats import (
     WIRE_FORMATS,
@@ -74,6 +74,17 @@ def test_an_opened_turn_holds_the_turn(turn: TurnParts) -> None:
     sent = opened(turn)
     assert (sent.attachments, sent.steps) == (turn.attachments, turn.steps)
     assert sent.step_documents == WindowTurn.of("t", turn).step_documents
+    assert sent.attachment_documents == WindowTurn.of("t", turn).attachment_documents
+
+
+@pytest.mark.parametrize("wire_format", WIRE_FORMATS)
+def test_a_part_of_no_known_kind_is_refused(wire_format: str) -> None:
+    parts_text = '[{"kind":"assistant_text","text":"a"},{"kind":"aside","text":"b"}]'
+    sent = OpenedTurn.of("t", "q", "a", parts_text)
+    with pytest.raises(ValueError, match="aside"):
+        TURN_TEXTS[wire_format](sent, None)
+    with pytest.raises(ValueError, match="aside"):
+        decode_parts(question="q", answer="a", parts_text=parts_text)
 
 
 @settings(max_examples=300, deadline=None)
