@@ -34,9 +34,9 @@ import binascii
 import hashlib
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, TypeAlias
 
 from turnledger.domain.errors import InvalidInputError
 from turnledger.domain.text import check_text
@@ -50,10 +50,14 @@ __all__ = [
     "ToolCall",
     "ToolResult",
     "TurnParts",
+    "attachment_of",
+    "decode_many_part_documents",
+    "decode_part_documents",
     "decode_parts",
     "encode_parts",
     "part_from_document",
     "sha256_digest",
+    "steps_of",
 ]
 
 MAX_INLINE_ATTACHMENT_BYTES = 65_536
@@ -492,46 +496,155 @@ def decode_parts(*, question: str, answer: str, parts_text: str | None) -> TurnP
     without checking them again: a window reads many turns, and the checks
     (JSON parsing of every argument, patterns) would cost more than the rest.
     """
-    attachments: list[Attachment] = []
-    steps: list[AssistantStep] = []
-    for document in json.loads(parts_text) if parts_text is not None else ():
-        kind = document.pop("kind")
-        if kind == "attachment":
-            data = document.get("data")
-            if data is not None:
-                document["data"] = base64.b64decode(data)
-            attachments.append(_checked_before(Attachment, document))
-        else:
-            steps.append(_checked_before(_STEP_TYPES_BY_KIND[kind], document))
-    return _checked_before(
-        TurnParts,
-        {
-            "question": question,
-            "answer": answer,
-            "attachments": tuple(attachments),
-            "steps": tuple(steps),
-        },
+    attachments, steps = (
+        ((), ()) if parts_text is None else decode_part_documents(parts_text)
     )
+    turn = _new(TurnParts)
+    _set_question(turn, question)
+    _set_answer(turn, answer)
+    _set_attachments(turn, tuple(map(attachment_of, attachments)))
+    _set_steps(turn, steps_of(steps))
+    return turn
 
 
-def _checked_before(cls: type[_Part], values: dict[str, Any]) -> _Part:
-    """An instance of `cls` from values checked when the turn was recorded
-    (a field left out has the value None)."""
-    instance = object.__new__(cls)
-    for name in cls.__slots__:  # type: ignore[attr-defined]
-        _set(instance, name, values.get(name))
-    return instance
+PartDocuments: TypeAlias = tuple[tuple[dict[str, Any], ...], tuple[dict[str, Any], ...]]
 
 
-_set = object.__setattr__
+def decode_part_documents(parts_text: str) -> PartDocuments:
+    """The documents of a sealed parts text (encode_parts), unchecked like
+    decode_parts: its attachments' and its steps' (to_document, "kind"
+    included). A window writes a turn from them (attachment_of and steps_of
+    make the objects)."""
+    return _split_documents(load_json(parts_text))
 
 
-_Part = TypeVar("_Part")
-_STEP_TYPES_BY_KIND: dict[str, type] = {
-    "assistant_text": AssistantText,
-    "refusal": Refusal,
-    "tool_call": ToolCall,
-    "tool_result": ToolResult,
+def decode_many_part_documents(parts_texts: Sequence[str]) -> list[PartDocuments]:
+    """decode_part_documents of each text, parsed as one JSON list: one parse
+    of a window's turns instead of one per turn (each text is a JSON list)."""
+    if len(parts_texts) < 2:
+        return [decode_part_documents(text) for text in parts_texts]
+    parsed = load_json("[" + ",".join(parts_texts) + "]")
+    return [_split_documents(documents) for documents in parsed]
+
+
+def _split_documents(documents: list[dict[str, Any]]) -> PartDocuments:
+    at = 0  # attachments come first (encode_parts)
+    while at < len(documents) and documents[at]["kind"] == "attachment":
+        at += 1
+    return tuple(documents[:at]), tuple(documents[at:])
+
+
+def attachment_of(document: Mapping[str, Any]) -> Attachment:
+    """The attachment of its document (to_document: inline data as base64),
+    unchecked like decode_parts (a field left out, such as a missing uri, is
+    None)."""
+    attachment = _new(Attachment)
+    for name, set_field in _attachment_setters:
+        set_field(attachment, document.get(name))
+    data = document.get("data")
+    if data is not None:
+        _set_data(attachment, base64.b64decode(data))
+    return attachment
+
+
+def steps_of(documents: Sequence[Mapping[str, Any]]) -> tuple[AssistantStep, ...]:
+    """The steps these documents (decode_part_documents) hold, unchecked."""
+    steps = []
+    for document in documents:
+        build = _STEP_BUILDERS.get(document["kind"])
+        if build is None:
+            raise ValueError(f"unknown part kind {document['kind']!r}")
+        steps.append(build(document))
+    return tuple(steps)
+
+
+# The scanner json.loads runs (its default decoder's, made the same way):
+# scan_json(text, 0) is (the value at the start of text, where it ends), or
+# StopIteration when no value starts there.
+scan_json: Callable[[str, int], tuple[Any, int]]
+scan_json = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+
+
+def load_json(text: str) -> Any:
+    """`json.loads(text)` for JSON text with nothing around its value.
+
+    Its scanner is called directly: json.loads first looks for whitespace
+    around the value with a regular expression, which costs as much as
+    parsing a short text. Text with anything around the value goes to
+    json.loads (so it is parsed, or refused, exactly as there).
+    """
+    try:
+        value, end = scan_json(text, 0)
+    except StopIteration:
+        end = -1
+    if end != len(text):
+        return json.loads(text)
+    return value
+
+
+_new = object.__new__
+
+
+def _slot_setters(cls: type, *names: str) -> tuple[Any, ...]:
+    """Each named slot's own setter: it sets a frozen instance's field
+    directly (object.__setattr__ would look the slot up by name each time)."""
+    assert set(names) == set(cls.__slots__)  # type: ignore[attr-defined]
+    return tuple(getattr(cls, name).__set__ for name in names)
+
+
+_set_question, _set_answer, _set_attachments, _set_steps = _slot_setters(
+    TurnParts, "question", "answer", "attachments", "steps"
+)
+_set_call_id, _set_name, _set_arguments = _slot_setters(
+    ToolCall, "call_id", "name", "arguments"
+)
+_set_result_id, _set_content, _set_is_error = _slot_setters(
+    ToolResult, "call_id", "content", "is_error"
+)
+(_set_text,) = _slot_setters(AssistantText, "text")
+(_set_refusal,) = _slot_setters(Refusal, "text")
+
+
+_ATTACHMENT_SLOTS: tuple[str, ...] = Attachment.__slots__
+_attachment_setters = tuple(
+    zip(_ATTACHMENT_SLOTS, _slot_setters(Attachment, *_ATTACHMENT_SLOTS), strict=True)
+)
+_set_data = _attachment_setters[_ATTACHMENT_SLOTS.index("data")][1]
+
+
+def _tool_call(document: Mapping[str, Any]) -> ToolCall:
+    step = _new(ToolCall)
+    _set_call_id(step, document.get("call_id"))
+    _set_name(step, document.get("name"))
+    _set_arguments(step, document.get("arguments"))
+    return step
+
+
+def _tool_result(document: Mapping[str, Any]) -> ToolResult:
+    step = _new(ToolResult)
+    _set_result_id(step, document.get("call_id"))
+    _set_content(step, document.get("content"))
+    _set_is_error(step, document.get("is_error"))
+    return step
+
+
+def _assistant_text(document: Mapping[str, Any]) -> AssistantText:
+    step = _new(AssistantText)
+    _set_text(step, document.get("text"))
+    return step
+
+
+def _refusal(document: Mapping[str, Any]) -> Refusal:
+    step = _new(Refusal)
+    _set_refusal(step, document.get("text"))
+    return step
+
+
+_STEP_BUILDERS: dict[str, Callable[[Mapping[str, Any]], AssistantStep]] = {
+    "assistant_text": _assistant_text,
+    "refusal": _refusal,
+    "tool_call": _tool_call,
+    "tool_result": _tool_result,
 }
 
 

@@ -24,6 +24,19 @@ def open_turns(
 
     One vault call for all of them. A turn whose key is gone is left out.
     """
+    return {
+        turn_id: decode_parts(question=question, answer=answer, parts_text=parts)
+        for turn_id, (question, answer, parts) in open_turn_texts(
+            vault, conversation_id, events
+        ).items()
+    }
+
+
+def open_turn_texts(
+    vault: TextVault, conversation_id: UUID, events: Iterable[Any]
+) -> dict[str, tuple[str, str, str | None]]:
+    """Like open_turns, each turn as its opened texts: the question, the
+    answer and the parts text (encode_parts; None for a text-only turn)."""
     items: list[tuple[str, str, bytes]] = []
     layout: list[tuple[str, int, bool]] = []  # turn id, first item, has parts
     for event in events:
@@ -36,13 +49,11 @@ def open_turns(
                 has_parts = has_parts or field_name == "parts"
         layout.append((event.turn_id, start, has_parts))
     opened = vault.open_many(conversation_id, items) if items else []
-    turns: dict[str, TurnParts] = {}
+    turns: dict[str, tuple[str, str, str | None]] = {}
     for turn_id, start, has_parts in layout:
         question, answer = opened[start], opened[start + 1]
         parts_text = opened[start + 2] if has_parts else None
         if question is None or answer is None or (has_parts and parts_text is None):
             continue
-        turns[turn_id] = decode_parts(
-            question=question, answer=answer, parts_text=parts_text
-        )
+        turns[turn_id] = (question, answer, parts_text)
     return turns

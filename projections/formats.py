@@ -29,14 +29,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
+from json.encoder import encode_basestring
 from typing import Any, Literal, get_args
 
 from turnledger.projections.turn_shapes import (
+    ARGUMENTS_AS_OBJECTS,
     TURN_SHAPES,
+    TURN_TEXTS,
+    SentTurn,
     TurnContent,
     anthropic_turn,
+    arguments_json_many,
     gemini_turn,
     openai_chat_turn,
     openai_responses_turn,
@@ -66,17 +71,19 @@ class RequestParts:
     system: str
     question: str
     # Text-only turns as (question, answer); a turn with tool calls or
-    # attachments as its TurnContent (projections/turn_shapes.py).
-    pairs: Sequence[tuple[str, str] | TurnContent] = field(default_factory=tuple)
+    # attachments as itself, steps and their documents (turn_shapes.SentTurn).
+    pairs: Sequence[tuple[str, str] | SentTurn] = field(default_factory=tuple)
     fold: str | None = None  # labelled summary, or None
     max_output_tokens: int = 1000
 
 
 def encode_json(document: Any) -> bytes:
     """Compact UTF-8 JSON, as a provider client sends it."""
-    return json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode(
-        "utf-8"
-    )
+    return _dumps(document).encode("utf-8")
+
+
+def _dumps(document: Any) -> str:
+    return json.dumps(document, ensure_ascii=False, separators=(",", ":"))
 
 
 def _openai_chat(parts: RequestParts) -> dict[str, Any]:
@@ -173,8 +180,78 @@ def request_document(wire_format: str, parts: RequestParts) -> dict[str, Any]:
 
 
 def render_body(wire_format: str, parts: RequestParts) -> bytes:
-    """The exact bytes of the request body."""
-    return encode_json(request_document(wire_format, parts))
+    """The exact bytes of the request body: ``encode_json(request_document(...))``.
+
+    A body with turns with parts is written as text (``_render_text``), the
+    same bytes without building its many small documents.
+    """
+    if all(isinstance(pair, tuple) for pair in parts.pairs):
+        return encode_json(request_document(wire_format, parts))
+    return _render_text(wire_format, parts).encode("utf-8")
+
+
+def _render_text(wire_format: str, parts: RequestParts) -> str:
+    """The body as text: the frame (everything but the history) serialized as
+    a document, the history's messages written into it as text.
+
+    In every format the history is the last member of the body and the
+    current question its last element, so the frame ends with the question's
+    message and "]}", and each history message goes before it with a comma.
+    """
+    frame = _dumps(request_document(wire_format, replace(parts, pairs=())))
+    pair_texts = _PAIR_TEXTS[wire_format]
+    tail = pair_texts(parts.question, None)[0] + "]}"
+    if not frame.endswith(tail):
+        raise AssertionError(f"the {wire_format} body does not end with its question")
+    turn_texts = TURN_TEXTS[wire_format]
+    arguments = None
+    if wire_format in ARGUMENTS_AS_OBJECTS:
+        arguments = iter(
+            arguments_json_many(
+                [
+                    step["arguments"]
+                    for pair in parts.pairs
+                    if not isinstance(pair, tuple)
+                    for step in pair.step_documents
+                    if step["kind"] == "tool_call"
+                ]
+            )
+        )
+    messages: list[str] = []
+    for pair in parts.pairs:
+        if isinstance(pair, tuple):
+            messages += pair_texts(*pair)
+        else:
+            messages += turn_texts(pair, arguments)
+    messages.append(tail)
+    return frame[: len(frame) - len(tail)] + ",".join(messages)
+
+
+def _content_pair(question: str, answer: str | None) -> list[str]:
+    """A text-only pair's messages where a message's text is its "content"
+    (the question alone with `answer` None)."""
+    user = f'{{"role":"user","content":{encode_basestring(question)}}}'
+    if answer is None:
+        return [user]
+    return [user, f'{{"role":"assistant","content":{encode_basestring(answer)}}}']
+
+
+def _gemini_pair(question: str, answer: str | None) -> list[str]:
+    user = f'{{"role":"user","parts":[{{"text":{encode_basestring(question)}}}]}}'
+    if answer is None:
+        return [user]
+    return [
+        user,
+        f'{{"role":"model","parts":[{{"text":{encode_basestring(answer)}}}]}}',
+    ]
+
+
+_PAIR_TEXTS: dict[str, Callable[[str, str | None], list[str]]] = {
+    "openai-chat": _content_pair,
+    "openai-responses": _content_pair,
+    "anthropic-messages": _content_pair,
+    "gemini-contents": _gemini_pair,
+}
 
 
 @cache

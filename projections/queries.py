@@ -22,7 +22,7 @@ from turnledger.domain.errors import (
     InvalidInputError,
     TextUnavailableError,
 )
-from turnledger.domain.parts import TurnParts
+from turnledger.domain.parts import TurnParts, decode_many_part_documents
 from turnledger.domain.ports import TextVault
 from turnledger.domain.receipt import receipt_policy
 from turnledger.domain.results import (
@@ -32,7 +32,7 @@ from turnledger.domain.results import (
     ProjectedWindow,
 )
 from turnledger.domain.text import check_identifier, check_text
-from turnledger.domain.turn_texts import open_turns
+from turnledger.domain.turn_texts import open_turn_texts, open_turns
 from turnledger.projections.dropped import DroppedTurns, EligibleTurns
 from turnledger.projections.ledger_rows import ConversationRow, FoldRow, TurnRow
 from turnledger.projections.policy import WindowPolicy
@@ -45,6 +45,7 @@ from turnledger.projections.tokens import (
 )
 from turnledger.projections.window import (
     Frame,
+    OpenedTurn,
     PairCandidate,
     Window,
     WindowPlan,
@@ -177,9 +178,18 @@ class ConversationQueries:
         """Decrypt these turns from their events; None where the key is gone."""
         if not rows:
             return {}
+        opened = open_turns(
+            self.vault, conversation_id, self._turn_events(conversation_id, rows)
+        )
+        texts: dict[str, TurnParts | None] = dict.fromkeys(row.turn_id for row in rows)
+        texts.update(opened)
+        return texts
+
+    def _turn_events(self, conversation_id: UUID, rows: Sequence[TurnRow]) -> list[Any]:
+        """The events that recorded these turns (confirmed or abandoned)."""
         wanted = {row.turn_id for row in rows}
         versions = [row.version for row in rows]
-        events = [
+        return [
             recorded
             for recorded in self.events.get(
                 conversation_id, gt=min(versions) - 1, lte=max(versions)
@@ -189,10 +199,6 @@ class ConversationQueries:
                 recorded, Conversation.TurnConfirmed | Conversation.TurnAbandoned
             )
         ]
-        opened = open_turns(self.vault, conversation_id, events)
-        texts: dict[str, TurnParts | None] = dict.fromkeys(wanted)
-        texts.update(opened)
-        return texts
 
     def read_texts(
         self, conversation_id: UUID, rows: Sequence[TurnRow]
@@ -204,6 +210,36 @@ class ConversationQueries:
                 raise TextUnavailableError(conversation_id, turn_id)
             texts[turn_id] = text
         return texts
+
+    def open_for_window(
+        self, conversation_id: UUID, rows: Sequence[TurnRow]
+    ) -> dict[str, WindowTurn | OpenedTurn]:
+        """These turns as a window sends them untrimmed; a turn without its
+        key is an error (TextUnavailableError), as in `read_texts`.
+
+        A turn with parts is kept as the documents its parts text parses to
+        (OpenedTurn): the body is written from them, so its step objects are
+        never made."""
+        opened = open_turn_texts(
+            self.vault, conversation_id, self._turn_events(conversation_id, rows)
+        )
+        turns: dict[str, WindowTurn | OpenedTurn] = {}
+        with_parts: list[tuple[str, str, str, str]] = []
+        for row in rows:
+            texts = opened.get(row.turn_id)
+            if texts is None:
+                raise TextUnavailableError(conversation_id, row.turn_id)
+            question, answer, parts_text = texts
+            if parts_text is None:
+                turns[row.turn_id] = WindowTurn(row.turn_id, question, answer)
+            else:
+                with_parts.append((row.turn_id, question, answer, parts_text))
+        documents = decode_many_part_documents([turn[3] for turn in with_parts])
+        for (turn_id, question, answer, _), parts in zip(
+            with_parts, documents, strict=True
+        ):
+            turns[turn_id] = OpenedTurn(turn_id, question, answer, *parts)
+        return turns
 
     def read_fold(self, conversation_id: UUID, fold: FoldRow) -> str:
         (recorded,) = self.events.get(
@@ -320,7 +356,7 @@ class ConversationQueries:
         from_metadata = isinstance(counter, CharEstimate)
         limit = policy.max_message_tokens
         boundary = -1 if fold is None else fold.covers_through_position
-        sent: dict[str, WindowTurn] = {}
+        sent: dict[str, WindowTurn | OpenedTurn] = {}
         walked: list[TurnRow] = []
 
         def candidates() -> Iterator[PairCandidate]:
@@ -348,11 +384,14 @@ class ConversationQueries:
         kept = len(plan.kept_newest_first)
         kept_rows = walked[:kept][::-1]
         unread = [row for row in kept_rows if row.turn_id not in sent]
-        read_now = read(unread) if unread else {}
-        sent_turns = [
-            sent.get(row.turn_id) or WindowTurn.of(row.turn_id, read_now[row.turn_id])
-            for row in kept_rows
-        ]
+        if unread and all(row.turn_id in known for row in unread):
+            sent.update(
+                (row.turn_id, WindowTurn.of(row.turn_id, known[row.turn_id]))
+                for row in unread
+            )
+        elif unread:
+            sent.update(self.open_for_window(conversation_id, unread))
+        sent_turns = [sent[row.turn_id] for row in kept_rows]
         return build_window(
             frame=frame,
             plan=plan,

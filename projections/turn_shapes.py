@@ -25,6 +25,9 @@ message with one text holds a plain string, as in a text-only turn.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from typing import Any, Protocol
 
 from turnledger.domain.parts import (
@@ -34,6 +37,9 @@ from turnledger.domain.parts import (
     Refusal,
     ToolCall,
     ToolResult,
+    attachment_of,
+    load_json,
+    scan_json,
 )
 
 
@@ -349,4 +355,376 @@ TURN_SHAPES = {
     "openai-responses": openai_responses_turn,
     "anthropic-messages": anthropic_turn,
     "gemini-contents": gemini_turn,
+}
+
+
+# The same shapes as JSON text ----------------------------------------------------
+#
+# A window renders kept turns straight to compact JSON text instead of building
+# the documents above and serializing them: a tool turn is six to eleven small
+# messages of nested objects, and building them costs more than the texts they
+# carry. The steps are read as their part documents (Step.to_document, the form
+# sealed in the ledger), so a turn opened for a window is rendered from what
+# was parsed, without making its step objects first.
+#
+# Each function below returns, for each message the shape function above
+# returns, exactly ``json.dumps(message, ensure_ascii=False, separators=(",",
+# ":"))``: every string goes through that serializer's own string function
+# (``_string``), every constant is written as it writes it, and attachments
+# (rare, of many kinds) are built by the functions above and serialized whole.
+# tests/unit/test_turn_texts.py checks the equality over random turns in every
+# format.
+
+
+class TurnDocuments(Protocol):
+    """A turn's texts as they are sent, its attachments and steps as their
+    part documents (to_document; sealed in that form)."""
+
+    @property
+    def question(self) -> str: ...
+
+    @property
+    def answer(self) -> str: ...
+
+    @property
+    def attachment_documents(self) -> Sequence[Mapping[str, Any]]: ...
+
+    @property
+    def step_documents(self) -> Sequence[Mapping[str, Any]]: ...
+
+
+class SentTurn(TurnContent, TurnDocuments, Protocol):
+    """A turn with parts as a body takes it: as steps and as their documents."""
+
+
+_string = encode_basestring  # json.dumps's own, with ensure_ascii=False
+# The encoder json.dumps makes for each call with these settings, made once:
+# without circular checks it keeps no state between calls. (Without the C
+# encoder, or should its signature change, the JSONEncoder does the same.)
+_encoder = json.JSONEncoder(
+    ensure_ascii=False, separators=(",", ":"), check_circular=False
+)
+try:
+    _chunks = c_make_encoder(
+        None, _encoder.default, _string, None, ":", ",", False, False, True
+    )
+except TypeError:  # None, or another signature
+    _chunks = None
+
+
+def _object(document: dict[str, Any]) -> str:
+    """`json.dumps(document, ensure_ascii=False, separators=(",", ":"))`."""
+    if _chunks is None:
+        return _encoder.encode(document)
+    return "".join(_chunks(document, 0))
+
+
+def arguments_json(arguments: str) -> str:
+    """A call's arguments as the object Anthropic and Gemini take, as JSON text
+    (the text as recorded is kept for OpenAI; these re-serialize the object).
+    A window does this for every call it sends: it is `_object(load_json(...))`
+    written out."""
+    try:
+        value, end = scan_json(arguments, 0)
+    except StopIteration:
+        end = -1
+    if end != len(arguments):
+        value = json.loads(arguments)
+    if _chunks is None:
+        return _encoder.encode(value)
+    return "".join(_chunks(value, 0))
+
+
+# The formats that send a call's arguments as an object. A body in one of them
+# serializes them all at once (arguments_json_many) and hands each turn's
+# renderer (`arguments`) the texts, in the order of the calls.
+ARGUMENTS_AS_OBJECTS = frozenset({"anthropic-messages", "gemini-contents"})
+
+# A lone surrogate: never in a recorded text (check_text refuses it, as it
+# cannot be encoded as UTF-8), and written by the serializer as itself.
+_MARK = "\ud800"
+_BETWEEN = ',"\ud800",'
+
+
+def arguments_json_many(arguments: Sequence[str]) -> list[str]:
+    """`[arguments_json(a) for a in arguments]`, parsed and serialized in one go.
+
+    The texts are parsed as one JSON list (each is the JSON text of an object,
+    checked when recorded), and the objects serialized as one list with the
+    mark between them, which is then split at the marks: two calls into the
+    serializer's C code instead of two per call. Should an object itself hold
+    the mark (a "\\ud800" escape in its text), the pieces do not add up and
+    each is done alone.
+    """
+    if len(arguments) < 2 or _chunks is None:
+        return [arguments_json(text) for text in arguments]
+    values = load_json("[" + ",".join(arguments) + "]")
+    marked = [_MARK] * (2 * len(values) - 1)
+    marked[::2] = values
+    pieces = "".join(_chunks(marked, 0))[1:-1].split(_BETWEEN)
+    if len(pieces) != len(values):
+        return [arguments_json(text) for text in arguments]
+    return pieces
+
+
+def _arguments(call: Mapping[str, Any], arguments: Iterator[str] | None) -> str:
+    """The call's arguments as an object: the next of `arguments` when the body
+    serialized them beforehand."""
+    if arguments is None:
+        return arguments_json(call["arguments"])
+    return next(arguments)
+
+
+def _list(items: list[str]) -> str:
+    return "[" + ",".join(items) + "]"
+
+
+# Attachments: an image by URL (the usual one) is written out, any other is
+# made from its document, built as the shape above and serialized.
+
+
+def _image_url(attachment: Mapping[str, Any]) -> str | None:
+    """The URL of an image by URL, as JSON text; None for any other."""
+    uri = attachment.get("uri")
+    if uri is None or not attachment["media_type"].startswith("image/"):
+        return None
+    return _string(uri)
+
+
+def _chat_attachment_text(attachment: Mapping[str, Any]) -> str:
+    url = _image_url(attachment)
+    if url is not None:
+        return f'{{"type":"image_url","image_url":{{"url":{url}}}}}'
+    return _object(_chat_attachment(attachment_of(attachment)))
+
+
+def _responses_attachment_text(attachment: Mapping[str, Any]) -> str:
+    url = _image_url(attachment)
+    if url is not None:
+        return f'{{"type":"input_image","image_url":{url},"detail":"auto"}}'
+    return _object(_responses_attachment(attachment_of(attachment)))
+
+
+def _anthropic_attachment_text(attachment: Mapping[str, Any]) -> str:
+    url = _image_url(attachment)
+    if url is not None:
+        return f'{{"type":"image","source":{{"type":"url","url":{url}}}}}'
+    return _object(_anthropic_attachment(attachment_of(attachment)))
+
+
+def _gemini_attachment_text(attachment: Mapping[str, Any]) -> str:
+    uri = attachment.get("uri")
+    if uri is not None:
+        media_type = _string(attachment["media_type"])
+        return f'{{"fileData":{{"mimeType":{media_type},"fileUri":{_string(uri)}}}}}'
+    return _object(_gemini_attachment(attachment_of(attachment)))
+
+
+# Steps said as text (a refusal is one in all but OpenAI chat).
+_SAID = frozenset({"assistant_text", "refusal"})
+
+
+def _unknown(step: Mapping[str, Any]) -> ValueError:
+    return ValueError(f"unknown part kind {step.get('kind')!r}")
+
+
+def openai_chat_texts(
+    turn: TurnDocuments, arguments: Iterator[str] | None = None
+) -> list[str]:
+    if turn.attachment_documents:
+        user = [f'{{"type":"text","text":{_string(turn.question)}}}']
+        user += [_chat_attachment_text(a) for a in turn.attachment_documents]
+        messages = [f'{{"role":"user","content":{_list(user)}}}']
+    else:
+        messages = [f'{{"role":"user","content":{_string(turn.question)}}}']
+    said: list[Mapping[str, Any]] = []  # the current run's texts and refusals
+    calls: list[str] = []  # and its calls
+    for step in turn.step_documents:
+        kind = step["kind"]
+        if kind == "tool_result":
+            if said or calls:
+                messages.append(_chat_assistant_text(said, calls))
+                said, calls = [], []
+            messages.append(
+                f'{{"role":"tool","tool_call_id":{_string(step["call_id"])},'
+                f'"content":{_string(step["content"])}}}'
+            )
+        elif kind == "tool_call":
+            calls.append(
+                f'{{"id":{_string(step["call_id"])},"type":"function","function":'
+                f'{{"name":{_string(step["name"])},'
+                f'"arguments":{_string(step["arguments"])}}}}}'
+            )
+        elif kind in _SAID:
+            said.append(step)
+        else:
+            raise _unknown(step)
+    if said or calls:
+        messages.append(_chat_assistant_text(said, calls))
+    messages.append(f'{{"role":"assistant","content":{_string(turn.answer)}}}')
+    return messages
+
+
+def _chat_assistant_text(said: list[Mapping[str, Any]], calls: list[str]) -> str:
+    """`_chat_assistant` as text."""
+    if len(said) == 1 and said[0]["kind"] == "refusal":
+        content = f'null,"refusal":{_string(said[0]["text"])}'
+    elif len(said) == 1:
+        content = _string(said[0]["text"])
+    elif said:
+        content = _list(
+            [
+                f'{{"type":"refusal","refusal":{_string(s["text"])}}}'
+                if s["kind"] == "refusal"
+                else f'{{"type":"text","text":{_string(s["text"])}}}'
+                for s in said
+            ]
+        )
+    else:
+        content = "null"
+    if calls:
+        return f'{{"role":"assistant","content":{content},"tool_calls":{_list(calls)}}}'
+    return f'{{"role":"assistant","content":{content}}}'
+
+
+def openai_responses_texts(
+    turn: TurnDocuments, arguments: Iterator[str] | None = None
+) -> list[str]:
+    if turn.attachment_documents:
+        user = [f'{{"type":"input_text","text":{_string(turn.question)}}}']
+        user += [_responses_attachment_text(a) for a in turn.attachment_documents]
+        items = [f'{{"role":"user","content":{_list(user)}}}']
+    else:
+        items = [f'{{"role":"user","content":{_string(turn.question)}}}']
+    for step in turn.step_documents:
+        kind = step["kind"]
+        if kind == "tool_call":
+            items.append(
+                f'{{"type":"function_call","call_id":{_string(step["call_id"])},'
+                f'"name":{_string(step["name"])},'
+                f'"arguments":{_string(step["arguments"])}}}'
+            )
+        elif kind == "tool_result":
+            items.append(
+                '{"type":"function_call_output",'
+                f'"call_id":{_string(step["call_id"])},'
+                f'"output":{_string(step["content"])}}}'
+            )
+        elif kind in _SAID:
+            items.append(f'{{"role":"assistant","content":{_string(step["text"])}}}')
+        else:
+            raise _unknown(step)
+    items.append(f'{{"role":"assistant","content":{_string(turn.answer)}}}')
+    return items
+
+
+def _anthropic_content(blocks: list[str], first_text: str | None) -> str:
+    """`_text_content` as text: one text block is sent as its plain string
+    (`first_text`: the first block's string when it is a text block)."""
+    if len(blocks) == 1 and first_text is not None:
+        return first_text
+    return _list(blocks)
+
+
+def anthropic_texts(
+    turn: TurnDocuments, arguments: Iterator[str] | None = None
+) -> list[str]:
+    question = _string(turn.question)
+    if turn.attachment_documents:
+        user = [f'{{"type":"text","text":{question}}}']
+        user += [_anthropic_attachment_text(a) for a in turn.attachment_documents]
+        messages = [f'{{"role":"user","content":{_list(user)}}}']
+    else:
+        messages = [f'{{"role":"user","content":{question}}}']
+    run: list[str] = []  # the current run's blocks
+    first_text: str | None = None  # the run's first block's text, if a text
+    results: list[str] | None = None  # the blocks of the user message answering it
+    for step in turn.step_documents:
+        kind = step["kind"]
+        if kind == "tool_result":
+            if results is None:
+                content = _anthropic_content(run, first_text)
+                messages.append(f'{{"role":"assistant","content":{content}}}')
+                results, run, first_text = [], [], None
+            error = ',"is_error":true' if step["is_error"] else ""
+            results.append(
+                f'{{"type":"tool_result","tool_use_id":{_string(step["call_id"])},'
+                f'"content":{_string(step["content"])}{error}}}'
+            )
+            continue
+        if results is not None:
+            messages.append(f'{{"role":"user","content":{_list(results)}}}')
+            results = None
+        if kind == "tool_call":
+            run.append(
+                f'{{"type":"tool_use","id":{_string(step["call_id"])},'
+                f'"name":{_string(step["name"])},'
+                f'"input":{_arguments(step, arguments)}}}'
+            )
+        elif kind in _SAID:
+            text = _string(step["text"])
+            if not run:
+                first_text = text
+            run.append(f'{{"type":"text","text":{text}}}')
+        else:
+            raise _unknown(step)
+    if results is not None:
+        messages.append(f'{{"role":"user","content":{_list(results)}}}')
+    # A run no result answered (text only) is said with the final answer.
+    answer = _string(turn.answer)
+    if not run:
+        first_text = answer
+    run.append(f'{{"type":"text","text":{answer}}}')
+    content = _anthropic_content(run, first_text)
+    messages.append(f'{{"role":"assistant","content":{content}}}')
+    return messages
+
+
+def gemini_texts(
+    turn: TurnDocuments, arguments: Iterator[str] | None = None
+) -> list[str]:
+    user = [f'{{"text":{_string(turn.question)}}}']
+    user += [_gemini_attachment_text(a) for a in turn.attachment_documents]
+    contents = [f'{{"role":"user","parts":{_list(user)}}}']
+    names: dict[str, str] = {}  # call id -> the call's name as JSON text
+    run: list[str] = []
+    results: list[str] | None = None
+    for step in turn.step_documents:
+        kind = step["kind"]
+        if kind == "tool_result":
+            if results is None:
+                contents.append(f'{{"role":"model","parts":{_list(run)}}}')
+                results, run = [], []
+            key = "error" if step["is_error"] else "output"
+            results.append(
+                f'{{"functionResponse":{{"id":{_string(step["call_id"])},'
+                f'"name":{names[step["call_id"]]},'
+                f'"response":{{"{key}":{_string(step["content"])}}}}}}}'
+            )
+            continue
+        if results is not None:
+            contents.append(f'{{"role":"user","parts":{_list(results)}}}')
+            results = None
+        if kind == "tool_call":
+            name = names[step["call_id"]] = _string(step["name"])
+            run.append(
+                f'{{"functionCall":{{"id":{_string(step["call_id"])},"name":{name},'
+                f'"args":{_arguments(step, arguments)}}}}}'
+            )
+        elif kind in _SAID:
+            run.append(f'{{"text":{_string(step["text"])}}}')
+        else:
+            raise _unknown(step)
+    if results is not None:
+        contents.append(f'{{"role":"user","parts":{_list(results)}}}')
+    run.append(f'{{"text":{_string(turn.answer)}}}')
+    contents.append(f'{{"role":"model","parts":{_list(run)}}}')
+    return contents
+
+
+TURN_TEXTS: dict[str, Callable[[TurnDocuments, Iterator[str] | None], list[str]]] = {
+    "openai-chat": openai_chat_texts,
+    "openai-responses": openai_responses_texts,
+    "anthropic-messages": anthropic_texts,
+    "gemini-contents": gemini_texts,
 }

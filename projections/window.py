@@ -31,9 +31,9 @@ decrypted. A turn is always whole: its tool calls go with their results.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from turnledger.domain.conversation import TurnSizes
 from turnledger.domain.errors import (
@@ -48,6 +48,9 @@ from turnledger.domain.parts import (
     ToolCall,
     ToolResult,
     TurnParts,
+    attachment_of,
+    decode_part_documents,
+    steps_of,
 )
 from turnledger.domain.text import json_string_size
 from turnledger.projections.dropped import (
@@ -80,7 +83,11 @@ from turnledger.projections.tokens import (
     needs_trim_by_chars,
     trim_text,
 )
-from turnledger.projections.turn_shapes import attachment_note, sent_as_note
+from turnledger.projections.turn_shapes import (
+    SentTurn,
+    attachment_note,
+    sent_as_note,
+)
 
 __all__ = [
     "DROP_REASONS",
@@ -91,6 +98,7 @@ __all__ = [
     "EligibleTurns",
     "FoldDropReason",
     "MessageSize",
+    "OpenedTurn",
     "PairCandidate",
     "PreparedFold",
     "TrimmedMessage",
@@ -131,6 +139,42 @@ class WindowTurn:
     @classmethod
     def of(cls, turn_id: str, turn: TurnParts) -> WindowTurn:
         return cls(turn_id, turn.question, turn.answer, turn.attachments, turn.steps)
+
+    @property
+    def attachment_documents(self) -> tuple[dict[str, Any], ...]:
+        return tuple(attachment.to_document() for attachment in self.attachments)
+
+    @property
+    def step_documents(self) -> tuple[dict[str, Any], ...]:
+        return tuple(step.to_document() for step in self.steps)
+
+
+@dataclass(frozen=True, slots=True)
+class OpenedTurn:
+    """A turn with parts as a window reads it to send it untrimmed: its
+    attachments and steps are the part documents its sealed parts were parsed
+    to, which the body is written from (turn_shapes.TURN_TEXTS) without making
+    their objects (`attachments` and `steps` make them when asked)."""
+
+    turn_id: str
+    question: str
+    answer: str
+    attachment_documents: tuple[Mapping[str, Any], ...]
+    step_documents: tuple[Mapping[str, Any], ...]
+
+    @classmethod
+    def of(
+        cls, turn_id: str, question: str, answer: str, parts_text: str
+    ) -> OpenedTurn:
+        return cls(turn_id, question, answer, *decode_part_documents(parts_text))
+
+    @property
+    def attachments(self) -> tuple[Attachment, ...]:
+        return tuple(map(attachment_of, self.attachment_documents))
+
+    @property
+    def steps(self) -> tuple[AssistantStep, ...]:
+        return steps_of(self.step_documents)
 
 
 @dataclass(frozen=True, slots=True)
@@ -676,7 +720,7 @@ def build_window(
     *,
     frame: Frame,
     plan: WindowPlan,
-    sent_turns: Sequence[WindowTurn],
+    sent_turns: Sequence[WindowTurn | OpenedTurn],
     dropped: DroppedTurns,
     policy: WindowPolicy,
     counter: TokenCounter,
@@ -805,9 +849,9 @@ def select_window(
     )
 
 
-def _as_pair(turn: WindowTurn) -> tuple[str, str] | WindowTurn:
+def _as_pair(turn: WindowTurn | OpenedTurn) -> tuple[str, str] | SentTurn:
     """A text-only turn as its two texts; a turn with parts as itself."""
-    if turn.attachments or turn.steps:
+    if isinstance(turn, OpenedTurn) or turn.attachments or turn.steps:
         return turn
     return (turn.question, turn.answer)
 
