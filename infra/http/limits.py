@@ -56,17 +56,7 @@ class BodySizeLimit:
         if size > self.max_bytes:
             await self._reject(scope, receive, send)
             return
-        body = b"".join(chunks)
-        delivered = False
-
-        async def replay() -> Message:
-            nonlocal delivered
-            if not delivered:
-                delivered = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
+        await self.app(scope, replay_body(b"".join(chunks), receive), send)
 
     async def _reject(self, scope: Scope, receive: Receive, send: Send) -> None:
         response = error_response(
@@ -88,6 +78,21 @@ class BodySizeLimit:
             headers={"Connection": "close"},
         )
         await response(scope, receive, send)
+
+
+def replay_body(body: bytes, receive: Receive) -> Receive:
+    """A `receive` that hands the app `body`, already read, as one message
+    (and then whatever the connection sends next, such as a disconnect)."""
+    delivered = False
+
+    async def replay() -> Message:
+        nonlocal delivered
+        if not delivered:
+            delivered = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
 
 
 def _content_length(scope: dict[str, Any]) -> int | None:

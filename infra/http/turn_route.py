@@ -29,11 +29,12 @@ from uuid import UUID
 from fastapi.security.utils import get_authorization_scheme_param
 from starlette.responses import Response
 from starlette.routing import Match, Route
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from turnledger.domain.application import TurnReceipt
 from turnledger.domain.conversation import TurnStatus
 from turnledger.infra.devices import Device
+from turnledger.infra.http.limits import replay_body
 from turnledger.infra.http.schemas import TurnIn, TurnReceiptOut
 from turnledger.infra.http.service import Service
 
@@ -76,7 +77,7 @@ class TurnWriteRoute(Route):
         parsed = _parse(scope, body)
         if parsed is None:
             await scope["app"].router(
-                {**scope, _PASSED_ON: True}, _replay(body, receive), send
+                {**scope, _PASSED_ON: True}, replay_body(body, receive), send
             )
             return
         conversation_id, turn_id, turn, token = parsed
@@ -150,19 +151,6 @@ async def _read_body(receive: Receive) -> bytes | None:
         chunks.append(message.get("body", b""))
         if not message.get("more_body", False):
             return b"".join(chunks)
-
-
-def _replay(body: bytes, receive: Receive) -> Receive:
-    delivered = False
-
-    async def replay() -> Message:
-        nonlocal delivered
-        if not delivered:
-            delivered = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replay
 
 
 def _parse(scope: Scope, body: bytes) -> tuple[UUID, str, TurnIn, str | None] | None:
