@@ -416,6 +416,14 @@ _HEADS_UPSERT = (
 # Named with a version: a later release that changes what a batch writes adds
 # a new function instead of changing this one under processes still using it.
 _WRITE_FUNCTION = "turnledger_write_batch_v1"
+# Where a batch's inserts take their rows: keys, turns, heads, events.
+_PARAMETERS = (
+    "%s::json",
+    "%s::json",
+    "%s::json",
+    "%b::uuid[], %b::bigint[], %b::text[], %b::bytea[]",
+)
+_ARGUMENTS = ("key_rows", "turn_rows", "head_rows", "ids, versions, topics, states")
 
 
 def in_one_statement(inserts: Sequence[sql.Composed]) -> sql.Composed:
@@ -465,36 +473,13 @@ class PostgresReadSideRecorder(PostgresApplicationRecorder):
         super().__init__(datastore, **kwargs)
         self._schema = sql.Identifier(datastore.schema)
         self._quiet: list[tuple[str, str]] | None = None
-        self._insert_keys = json_insert(
-            self._table(KEY_TABLE),
-            KEY_COLUMNS,
-            suffix=" ON CONFLICT DO NOTHING",
-        )
-        self._insert_turns = json_insert(
-            self._table("conversation_turns"), TURN_COLUMNS
-        )
-        self._upsert_heads = json_insert(
-            self._table("conversation_heads"),
-            CONVERSATION_COLUMNS,
-            suffix=_HEADS_UPSERT,
-        )
         # A batch's keys, turns, heads and events in one statement (see
         # insert_events); a rebuild's many rows go table by table.
-        self._row_inserts = (
-            (self._insert_keys, KEY_COLUMNS),
-            (self._insert_turns, TURN_COLUMNS),
-            (self._upsert_heads, CONVERSATION_COLUMNS),
-        )
+        inserts = self._batch_inserts(_PARAMETERS)
+        self._row_inserts = tuple(inserts[:-1])
         # Rendered once: a Composed is rendered again at every execution.
         self._insert_rows_and_events = in_one_statement(
-            [
-                *(statement for statement, _ in self._row_inserts),
-                sql.SQL(
-                    "INSERT INTO {} (originator_id, originator_version, topic, state) "
-                    "SELECT * FROM unnest(%b::uuid[], %b::bigint[], %b::text[], "
-                    "%b::bytea[]) RETURNING notification_id"
-                ).format(sql.Identifier(datastore.schema, self.events_table_name)),
-            ]
+            [statement for statement, _ in inserts]
         ).as_bytes(None)
         self._begin: bytes | None = None
         self._write_function = sql.Identifier(datastore.schema, _WRITE_FUNCTION)
@@ -522,6 +507,50 @@ class PostgresReadSideRecorder(PostgresApplicationRecorder):
         )
         self.sql_create_statements.append(self._write_function_ddl())
 
+    def _batch_inserts(
+        self, sources: tuple[str, str, str, str]
+    ) -> list[tuple[sql.Composed, str]]:
+        """The inserts of a batch's keys, turn rows, heads and events, with
+        their columns; `sources` says where each takes its rows from (the
+        statement's parameters, or the write function's arguments)."""
+        keys, turns, heads, events = sources
+        return [
+            (
+                json_insert(
+                    self._table(KEY_TABLE),
+                    KEY_COLUMNS,
+                    source=keys,
+                    suffix=" ON CONFLICT DO NOTHING",
+                ),
+                KEY_COLUMNS,
+            ),
+            (
+                json_insert(
+                    self._table("conversation_turns"), TURN_COLUMNS, source=turns
+                ),
+                TURN_COLUMNS,
+            ),
+            (
+                json_insert(
+                    self._table("conversation_heads"),
+                    CONVERSATION_COLUMNS,
+                    source=heads,
+                    suffix=_HEADS_UPSERT,
+                ),
+                CONVERSATION_COLUMNS,
+            ),
+            (
+                sql.SQL(
+                    "INSERT INTO {} (originator_id, originator_version, topic, state) "
+                    "SELECT * FROM unnest({}) RETURNING notification_id"
+                ).format(
+                    sql.Identifier(self.datastore.schema, self.events_table_name),
+                    sql.SQL(events),
+                ),
+                "originator_id, originator_version, topic, state",
+            ),
+        ]
+
     def _write_function_ddl(self) -> sql.Composed:
         """The function that writes a batch in one statement (insert_events).
 
@@ -530,28 +559,7 @@ class PostgresReadSideRecorder(PostgresApplicationRecorder):
         heads and events in one statement. Replaced at every start, as the
         library does with its own function.
         """
-        inserts = [
-            json_insert(
-                self._table(KEY_TABLE),
-                KEY_COLUMNS,
-                source="key_rows",
-                suffix=" ON CONFLICT DO NOTHING",
-            ),
-            json_insert(
-                self._table("conversation_turns"), TURN_COLUMNS, source="turn_rows"
-            ),
-            json_insert(
-                self._table("conversation_heads"),
-                CONVERSATION_COLUMNS,
-                source="head_rows",
-                suffix=_HEADS_UPSERT,
-            ),
-            sql.SQL(
-                "INSERT INTO {} (originator_id, originator_version, topic, state) "
-                "SELECT * FROM unnest(ids, versions, topics, states) "
-                "RETURNING notification_id"
-            ).format(sql.Identifier(self.datastore.schema, self.events_table_name)),
-        ]
+        inserts = [statement for statement, _ in self._batch_inserts(_ARGUMENTS)]
         return sql.SQL(
             "CREATE OR REPLACE FUNCTION {function}(key_rows json, turn_rows json,"
             " head_rows json, ids uuid[], versions bigint[], topics text[],"
