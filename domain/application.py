@@ -172,60 +172,72 @@ class Conversations(Application[UUID]):
         super().register_transcodings(transcoder)
         register_legacy_transcodings(transcoder)
 
-    def _record(self, processing_event: ProcessingEvent[UUID]) -> list[Recording[UUID]]:
-        """Chain each new event to the one before it; add the read-side rows.
+    def save(
+        self, *objs: Any, batch: Batch | None = None, **kwargs: Any
+    ) -> list[Recording[UUID]]:
+        """Store the aggregates' new events, each chained to the one before it,
+        with the read-side rows and keys `batch` gathered, in one transaction.
 
-        The predecessor's digest is the one it was stored with: the head the
-        read side recorded, remembered if this process wrote it, else read
-        from the stored row, never taken from the aggregate. Rows and keys go
-        to the recorder with the events, to be written in their transaction.
+        The library's `save` with the chain added. The predecessor's digest is
+        the one it was stored with: the head the read side recorded,
+        remembered if this process wrote it, else read from the stored row,
+        never taken from the aggregate. Conversations are collected directly:
+        the library's runtime protocol checks (two per aggregate) cost more
+        than the rest of a conversation's share of a batch.
         """
-        batch: Batch | None = processing_event.saved_kwargs.pop("batch", None)
-        heads: dict[UUID, str] = {}
+        events: list[Any] = []
+        for obj in objs:
+            if isinstance(obj, Conversation):
+                events.extend(obj.collect_events())
+            elif obj is not None:
+                collected: ProcessingEvent[UUID] = ProcessingEvent()
+                collected.collect_events(obj)
+                events.extend(collected.events)
+        if not events:
+            return []
+        heads: dict[UUID, tuple[int, str]] = {}
         digests: dict[UUID, list[str]] = {}
-        for new_event in processing_event.events:
+        for new_event in events:
             originator_id = new_event.originator_id
             version = new_event.originator_version
-            previous = heads.get(originator_id)
-            if previous is None:
-                previous = self._stored_digest(originator_id, version - 1, batch)
+            head = heads.get(originator_id)
+            previous = (
+                head[1]
+                if head is not None
+                else self._stored_digest(originator_id, version - 1, batch)
+            )
             # Events are frozen; the chain field is set once, before mapping.
             object.__setattr__(new_event, "previous_digest", previous)
-            stored = self.mapper.to_stored_event(new_event)
-            heads[originator_id] = read_link(stored).recorded_digest
-            digests.setdefault(originator_id, []).append(heads[originator_id])
+            digest = read_link(self.mapper.to_stored_event(new_event)).recorded_digest
+            heads[originator_id] = (version, digest)
+            digests.setdefault(originator_id, []).append(digest)
         if batch is not None:
-            changes = self._rows_for(processing_event, batch, digests)
-            processing_event.saved_kwargs["read_side"] = changes
+            changes = self._rows_for(events, batch, digests)
+            kwargs["read_side"] = changes
             batch.new_heads = {
                 row.conversation_id: row for row in changes.conversations
             }
             if batch.keys:
-                processing_event.saved_kwargs["new_keys"] = tuple(batch.keys)
-        recordings = super()._record(processing_event)
-        for originator_id, digest in heads.items():
-            version = max(
-                e.originator_version
-                for e in processing_event.events
-                if e.originator_id == originator_id
-            )
+                kwargs["new_keys"] = tuple(batch.keys)
+        recordings = self.events.put(events, **kwargs)
+        for originator_id, (version, digest) in heads.items():
             self._recent_digests.put(originator_id, version, digest)
         return recordings
 
     def _rows_for(
         self,
-        processing_event: ProcessingEvent[UUID],
+        events: Sequence[Any],
         batch: Batch,
         digests: Mapping[UUID, list[str]],
     ) -> RowChanges:
         changes = RowChanges()
         by_conversation: dict[UUID, list[Any]] = {}
-        for new_event in processing_event.events:
+        for new_event in events:
             by_conversation.setdefault(new_event.originator_id, []).append(new_event)
-        for conversation_id, events in by_conversation.items():
+        for conversation_id, conversation_events in by_conversation.items():
             changes = changes + project_events(
                 head=batch.heads.get(conversation_id),
-                events=events,
+                events=conversation_events,
                 digests=digests[conversation_id],
                 sizes=batch.sizes.get(conversation_id, {}),
                 known_turns=batch.turns.get(conversation_id, {}),

@@ -373,7 +373,7 @@ class ChainSealingMapper(Mapper[UUID]):
     """Stores events in the chained binary envelope; reads both formats.
 
     The application sets `previous_digest` on each new event just before it is
-    recorded (see `Conversations._record`). Fields holding bytes go into the
+    recorded (see `Conversations.save`). Fields holding bytes go into the
     envelope raw; optional fields at their default (None) are left out and
     read back as the default. Events of the first release (JSON, base64 text)
     are decoded as they were stored.

@@ -30,9 +30,10 @@ from typing import Any, Generic, TypeVar
 
 W = TypeVar("W")
 
-# How long a new leader waits for the writers of the previous batch to queue
-# again (only after a batch of several: a lone writer never waits).
-_GATHER_SECONDS = 0.0005
+# How long a new leader may wait for the writers of the previous batch to
+# queue again (only after a batch of several: a lone writer never waits). It
+# stops waiting as soon as they are all back.
+_GATHER_SECONDS = 0.001
 
 
 class _Waiter:
@@ -96,6 +97,10 @@ class GroupCommitter(Generic[W]):
         self._leaders = 0
         self._last_batch = 0
         self._mutex = threading.Lock()
+        # A gathering leader sleeps on this until the queue holds as many
+        # writes as its last batch (`_gather_target`), or its time is up.
+        self._gathered = threading.Condition(self._mutex)
+        self._gather_target: int | None = None
 
     def submit(self, work: W) -> Any:
         """Queue `work`, wait until it is committed, return its result."""
@@ -109,6 +114,12 @@ class GroupCommitter(Generic[W]):
             return requests
         with self._mutex:
             self._queue.extend(requests)
+            if (
+                self._gather_target is not None
+                and len(self._queue) >= self._gather_target
+            ):
+                self._gather_target = None
+                self._gathered.notify_all()
             self._appoint(waiter)
         while True:
             if waiter.leading:
@@ -151,6 +162,26 @@ class GroupCommitter(Generic[W]):
             waiter.signalled = True
             waiter.wake.release()
 
+    def _gather(self) -> None:
+        """Wait, briefly, for the writers of the last batch to queue again.
+
+        They come back with their next write as soon as they are woken: a
+        moment's wait lets one transaction carry them all, instead of a batch
+        of one followed by the rest. The wait ends when they are all queued
+        (the last one to arrive wakes the leader) or after _GATHER_SECONDS.
+        """
+        target = self._last_batch
+        if len(self._queue) >= target:
+            return
+        deadline = time.monotonic() + _GATHER_SECONDS
+        while len(self._queue) < target:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            if self._gather_target is None or target < self._gather_target:
+                self._gather_target = target
+            self._gathered.wait(remaining)
+
     def _take_batch(self) -> list[Pending[W]]:
         """The next batch: queued writes in order, skipping every key that is in
         a batch in flight, or behind a write left in the queue."""
@@ -175,13 +206,7 @@ class GroupCommitter(Generic[W]):
     def _lead(self, waiter: _Waiter) -> None:
         """Run one batch as its leader (called without the mutex)."""
         with self._mutex:
-            gathering = len(self._queue) < self._last_batch
-        if gathering:
-            # Writers that were in the last batch are coming back with their
-            # next write: a moment's wait lets one transaction carry them all,
-            # instead of a batch of one followed by the rest.
-            time.sleep(_GATHER_SECONDS)
-        with self._mutex:
+            self._gather()
             batch = self._take_batch()
             self._last_batch = len(batch)
         try:

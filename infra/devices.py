@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-import select
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
@@ -21,7 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 from uuid import uuid4
 
 import psycopg
@@ -35,6 +34,7 @@ from turnledger.domain.errors import (
     UnauthenticatedError,
 )
 from turnledger.domain.text import check_identifier, check_text
+from turnledger.infra.pool_check import check_unless_quiet
 from turnledger.infra.postgres import ensure_schema
 from turnledger.infra.settings import Settings
 
@@ -339,29 +339,12 @@ class SQLiteDeviceStore:
             self._connection.close()
 
 
-def _check_unless_quiet(connection: psycopg.Connection[Any]) -> None:
-    """The pool's check before lending a connection, with a round trip only
-    when something has arrived on the idle connection.
-
-    A server that stops, restarts or ends the session closes the connection
-    (or sends an error first): either is waiting to be read, and then the
-    connection is pinged and, if it fails, replaced. A quiet connection is
-    lent as it is: every request authenticates, and the ping doubled the
-    round trips of each lookup.
-    """
-    if not connection.closed:
-        readable, _, _ = select.select([connection.fileno()], [], [], 0)
-        if not readable:
-            return
-    ConnectionPool.check_connection(connection)
-
-
 class PostgresDeviceStore:
     """Devices in `<schema>.devices`, through a small psycopg pool.
 
     The pool checks a connection before lending it (a connection the server
     ended, by a restart or otherwise, is replaced, not handed out:
-    `_check_unless_quiet`) and waits at most
+    `check_unless_quiet`) and waits at most
     `pool_timeout` seconds for one: an outage is reported as
     DatabaseUnavailableError within that time instead of after the pool's
     default 30 s.
@@ -385,7 +368,7 @@ class PostgresDeviceStore:
             open=True,
             name="turnledger-devices",
             timeout=pool_timeout,
-            check=_check_unless_quiet,
+            check=check_unless_quiet,
             reconnect_timeout=24 * 3600.0,
             # Every request authenticates: in autocommit its lookup is one
             # round trip, not SELECT then COMMIT. Each write here is one

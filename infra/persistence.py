@@ -55,8 +55,6 @@ def eventsourcing_env(settings: Settings) -> dict[str, str]:
                 # connections beyond the pool; the library's default (10 more)
                 # lets a few processes exhaust a server's max_connections.
                 POSTGRES_MAX_OVERFLOW="2",
-                # Connections broken by an outage are replaced, not handed out.
-                POSTGRES_PRE_PING="y",
                 POSTGRES_CONNECT_TIMEOUT=str(settings.postgres_connect_timeout),
             )
     return env

@@ -21,7 +21,7 @@ from eventsourcing.postgres import (
     PostgresDatastore,
     PostgresFactory,
 )
-from eventsourcing.utils import retry
+from eventsourcing.utils import Environment, EnvType, retry
 from psycopg import sql
 from psycopg.pq import TransactionStatus
 from psycopg.rows import DictRow
@@ -36,6 +36,7 @@ from turnledger.infra.compaction import (
 )
 from turnledger.infra.key_session import QUIET_KEY_SESSION, configure_key_session
 from turnledger.infra.keystore import KeyStore
+from turnledger.infra.pool_check import check_unless_quiet, use_quiet_check
 from turnledger.infra.read_side_sql import (
     CONVERSATION_COLUMNS,
     ERASE_TURN_SIZES,
@@ -114,7 +115,7 @@ class PostgresKeyStore(KeyStore):
             configure=configure_key_session,  # no key bytes in the server's log
             # A connection lost in an outage is replaced, not handed out; a
             # caller waits for one briefly, then gets the pool's error.
-            check=ConnectionPool.check_connection,
+            check=check_unless_quiet,
             timeout=5.0,
         )
         if read_only:  # audits change nothing, tables included
@@ -984,3 +985,9 @@ class PostgresReadSideRecorder(PostgresApplicationRecorder):
 
 class PostgresReadSideFactory(PostgresFactory):
     application_recorder_class = PostgresReadSideRecorder
+
+    def __init__(self, env: Environment | EnvType | None) -> None:
+        super().__init__(env)
+        # Connections broken by an outage are replaced, not handed out, with
+        # no round trip before a transaction on a connection that is quiet.
+        use_quiet_check(self.datastore)

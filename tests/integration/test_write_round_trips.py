@@ -1,8 +1,9 @@
 """On PostgreSQL a batch of new turns is one statement (docs/read-side.md).
 
 Counted at psycopg's cursor: every statement the ledger sends while it
-confirms a turn, but for the pool's own check of a connection (an empty
-query) and the once-per-connection logging settings.
+confirms a turn, the pool's check of the connection it lends included (the
+full check is an empty query), but for the once-per-connection logging
+settings.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def statements(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
             text = query
         else:
             text = query.as_string(self)
-        if text.strip() and not text.startswith("SELECT set_config('log_parameter"):
+        if not text.startswith("SELECT set_config('log_parameter"):
             sent.append(text)
         return execute(self, query, *args, **kw)
 

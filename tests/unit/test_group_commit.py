@@ -195,3 +195,43 @@ def test_many_writes_of_one_caller_across_keys_all_finish() -> None:
 def test_limits_must_be_positive() -> None:
     with pytest.raises(ValueError):
         GroupCommitter(Recorder(), key=lambda write: write[0], max_in_flight=0)
+
+
+def test_the_leader_waits_for_the_last_batch_s_writers_and_no_longer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A leader whose last batch had two writes waits for two, woken by the
+    second's arrival; a lone writer's leader never waits. With a gathering
+    time of 30 s, either mistake would take minutes."""
+    import turnledger.domain.group_commit as group_commit
+
+    monkeypatch.setattr(group_commit, "_GATHER_SECONDS", 30.0)
+    recorder = Recorder()
+    committer: GroupCommitter[Write] = GroupCommitter(recorder, key=lambda w: w[0])
+    began = time.monotonic()
+    for number in range(20):  # one writer: every batch of one, no wait
+        committer.submit(("a", 0, number))
+    assert time.monotonic() - began < 10
+
+    # Two writers in step, the second 50 ms behind the first each round: once
+    # a batch held both, each round's leader waits for the second (whose
+    # arrival wakes it), not 30 s, and the batch holds both again.
+    assert [p.outcome() for p in committer.submit_many([("k0", 9, 0), ("k1", 9, 0)])]
+    barrier = threading.Barrier(2)
+
+    def writer(index: int) -> None:
+        for number in range(1, 11):
+            barrier.wait()
+            time.sleep(0.05 * index)
+            committer.submit((f"k{index}", index, number))
+
+    recorder.batches.clear()
+    threads = [threading.Thread(target=writer, args=(k,)) for k in range(2)]
+    began = time.monotonic()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert time.monotonic() - began < 20
+    assert recorder.batches == [2] * 10
+    assert not recorder.violations
