@@ -8,8 +8,6 @@ test_write_round_trips.py), one the server ended is found out and replaced.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from typing import Any
 
 import psycopg
 import pytest
@@ -19,19 +17,6 @@ from turnledger.infra.persistence import open_conversations
 from turnledger.infra.settings import Settings
 
 pytestmark = pytest.mark.postgres
-
-
-@pytest.fixture
-def statements(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    sent: list[str] = []
-    execute = psycopg.Cursor.execute
-
-    def counting(self: psycopg.Cursor[Any], query: Any, *args: Any, **kw: Any) -> Any:
-        sent.append(query if isinstance(query, str) else repr(query))
-        return execute(self, query, *args, **kw)
-
-    monkeypatch.setattr(psycopg.Cursor, "execute", counting)
-    yield sent
 
 
 def test_a_connection_the_server_ended_is_replaced_before_a_write_uses_it(

@@ -9,10 +9,8 @@ settings.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 from uuid import UUID
 
-import psycopg
 import pytest
 
 from turnledger.domain.application import Conversations
@@ -20,26 +18,6 @@ from turnledger.infra.persistence import open_conversations
 from turnledger.infra.settings import Settings
 
 pytestmark = pytest.mark.postgres
-
-
-@pytest.fixture
-def statements(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    sent: list[str] = []
-    execute = psycopg.Cursor.execute
-
-    def counting(self: psycopg.Cursor[Any], query: Any, *args: Any, **kw: Any) -> Any:
-        if isinstance(query, bytes):
-            text = query.decode()
-        elif isinstance(query, str):
-            text = query
-        else:
-            text = query.as_string(self)
-        if not text.startswith("SELECT set_config('log_parameter"):
-            sent.append(text)
-        return execute(self, query, *args, **kw)
-
-    monkeypatch.setattr(psycopg.Cursor, "execute", counting)
-    yield sent
 
 
 @pytest.fixture
