@@ -416,7 +416,9 @@ _HEADS_UPSERT = (
 )
 # Named with a version: a later release that changes what a batch writes adds
 # a new function instead of changing this one under processes still using it.
-_WRITE_FUNCTION = "turnledger_write_batch_v1"
+_WRITE_FUNCTION = "turnledger_write_batch_v2"
+# PostgreSQL refuses a NOTIFY payload of 8,000 bytes or more.
+_MAX_WAKE_PAYLOAD = 7_999
 # Where a batch's inserts take their rows: keys, turns, heads, events.
 _PARAMETERS = (
     "%s::json",
@@ -469,6 +471,26 @@ def json_rows(columns: str, rows: Sequence[Sequence[Any]]) -> str:
     ).decode()
 
 
+def wake_payload(owner_ids: Collection[str]) -> str:
+    """The NOTIFY payload of a batch: the owners whose data it changed, so a
+    sync listener wakes their long-polls without reading the log back. Empty
+    when they do not fit, which tells listeners to wake every waiter."""
+    payload = orjson.dumps(sorted(set(owner_ids)))
+    return payload.decode() if len(payload) <= _MAX_WAKE_PAYLOAD else ""
+
+
+def woken_owners(payload: str) -> set[str] | None:
+    """The owners named by a batch's NOTIFY payload, or None when it names
+    none (a batch too wide, or a write made by the library's own insert)."""
+    try:
+        owners = orjson.loads(payload) if payload else None
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(owners, list) or not all(isinstance(o, str) for o in owners):
+        return None
+    return set(owners)
+
+
 # Rows per statement of a rebuild (a live batch has far fewer).
 _ROWS_PER_STATEMENT = 10_000
 
@@ -493,7 +515,7 @@ class PostgresReadSideRecorder(PostgresApplicationRecorder):
         self._write_function = sql.Identifier(datastore.schema, _WRITE_FUNCTION)
         self._call_write_function = (
             sql.SQL(
-                "SELECT notification_id FROM {}(%s, %s, %s, %b, %b, %b, %b, %s) "
+                "SELECT notification_id FROM {}(%s, %s, %s, %b, %b, %b, %b, %s, %s) "
                 "AS notification_id"
             )
             .format(self._write_function)
@@ -563,25 +585,26 @@ class PostgresReadSideRecorder(PostgresApplicationRecorder):
         """The function that writes a batch in one statement (insert_events).
 
         Its body is the transaction of the three-message path: the library's
-        lock timeout and table lock, the NOTIFY, then the keys, turn rows,
-        heads and events in one statement. Replaced at every start, as the
-        library does with its own function.
+        lock timeout and table lock, the NOTIFY (naming the batch's owners,
+        `wake_payload`), then the keys, turn rows, heads and events in one
+        statement. Replaced at every start, as the library does with its own
+        function.
         """
         inserts = [statement for statement, _ in self._batch_inserts(_ARGUMENTS)]
         return sql.SQL(
             "CREATE OR REPLACE FUNCTION {function}(key_rows json, turn_rows json,"
             " head_rows json, ids uuid[], versions bigint[], topics text[],"
-            " states bytea[], lock_wait text) RETURNS SETOF bigint"
+            " states bytea[], lock_wait text, wake text) RETURNS SETOF bigint"
             " LANGUAGE plpgsql AS $body$ BEGIN"
             " PERFORM set_config('lock_timeout', lock_wait, true);"
             " LOCK TABLE {events} IN EXCLUSIVE MODE;"
-            " NOTIFY {channel};"
+            " PERFORM pg_notify({channel}, wake);"
             " RETURN QUERY {statement};"
             " END $body$"
         ).format(
             function=self._write_function,
             events=sql.Identifier(self.datastore.schema, self.events_table_name),
-            channel=sql.Identifier(self.channel_name),
+            channel=sql.Literal(self.channel_name),
             statement=in_one_statement(inserts),
         )
 
@@ -669,16 +692,17 @@ class PostgresReadSideRecorder(PostgresApplicationRecorder):
                 [e.state for e in stored_events],
             ]
         )
+        wake = wake_payload([row.owner_id for row in changes.conversations])
         changes_rows = changes.deletions or changes.new_folds or changes.withdrawals
         with self.datastore.get_connection() as conn, conn.cursor() as curs:
             if not changes_rows:
                 if new_keys:
                     self._quiet_session(conn)
-                parameters.append(f"{self.datastore.lock_timeout}s")
+                parameters.extend([f"{self.datastore.lock_timeout}s", wake])
                 curs.execute(self._call_write_function, parameters)
                 return [row["notification_id"] for row in curs.fetchall()]
             try:
-                curs.execute(self._begin_and_lock())
+                curs.execute(self._begin_and_lock(wake))
                 curs.execute(self._insert_rows_and_events, parameters)
                 notification_ids = [row["notification_id"] for row in curs.fetchall()]
                 self._write_changed_rows(curs, changes)
@@ -689,17 +713,15 @@ class PostgresReadSideRecorder(PostgresApplicationRecorder):
                 raise
         return notification_ids
 
-    def _begin_and_lock(self) -> bytes:
+    def _begin_and_lock(self, wake: str) -> bytes:
         if self._begin is None:
             statements = [b"BEGIN", *self._quiet_key_statements()]
             statements.extend(as_bytes(s) for s in self.lock_table_statements)
-            statements.append(
-                sql.SQL("NOTIFY {}")
-                .format(sql.Identifier(self.channel_name))
-                .as_bytes(None)
-            )
             self._begin = b"; ".join(statements)
-        return self._begin
+        notify = sql.SQL("NOTIFY {}, {}").format(
+            sql.Identifier(self.channel_name), sql.Literal(wake)
+        )
+        return self._begin + b"; " + notify.as_bytes(None)
 
     def _insert_events(
         self,

@@ -96,14 +96,12 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         service.signals.bind(asyncio.get_running_loop())
-        follower = LogFollower(ledger, service.feed)
         check: Callable[[], Awaitable[None]]
         watcher: PostgresListener | Poller
         if settings.persistence == "postgres":
             check = postgres_check = PostgresCheck(settings.postgres_conninfo())
             watcher = PostgresListener(
                 service.signals,
-                follower,
                 settings.postgres_conninfo(),
                 events_channel=ledger.recorder.channel_name,  # type: ignore[attr-defined]
                 devices_channel=registry.revocation_channel,
@@ -117,7 +115,7 @@ def create_app(
 
             watcher = Poller(
                 service.signals,
-                follower,
+                LogFollower(ledger, service.feed),
                 registry,
                 interval=settings.sync_poll_interval_seconds,
             )

@@ -2,15 +2,18 @@
 
 Each user with a waiting long-poll has one wake-up event; a change wakes only
 the waiters of the user who owns it, so idle long-polls of other users cost
-nothing per write. Who owns a change is read from the log itself:
+nothing per write.
 
-- PostgreSQL: a dedicated connection LISTENs on the channel the event store
-  NOTIFYs on after every commit, then reads the events committed since it last
-  looked (one query for any number of waiters) and wakes their owners. Device
+- PostgreSQL: a dedicated connection LISTENs on the channel every write
+  transaction NOTIFYs on; the notification names the owners of what the
+  transaction wrote (`wake_payload`), so waking them reads nothing back. A
+  notification naming no one (a batch whose owners do not fit a payload, or
+  a write through the library's own insert) wakes every waiter once. Device
   revocations arrive on a second channel, NOTIFYed in the revoking
   transaction, so a revoked device's long-polls are released at once whichever
   process revoked it.
-- SQLite and memory: a thread polls the log head and the revocations.
+- SQLite and memory: a thread polls the log head and the revocations, and
+  reads the owners of the events committed since it last looked.
 
 Writes made by this process also wake their user directly, which saves the
 round trip. A lost notification only delays a wake-up until the long-poll's
@@ -36,6 +39,7 @@ from turnledger.domain.application import Conversations
 from turnledger.domain.errors import TurnLedgerError
 from turnledger.domain.feed import ConversationFeed
 from turnledger.infra.devices import DeviceRegistry
+from turnledger.infra.postgres import woken_owners
 
 logger = logging.getLogger(__name__)
 
@@ -121,8 +125,15 @@ class UserSignals:
         return event
 
     def fire(self, user_ids: Iterable[str]) -> None:
-        """Wake these users' waiters; callable from any thread."""
-        users = [user for user in user_ids]
+        """Wake these users' waiters; callable from any thread.
+
+        Users with no waiter are skipped here, without a hop to the event
+        loop. That cannot miss one: a waiter takes its event before it reads
+        the log, and the change being announced is already committed, so a
+        waiter arriving after this check reads it.
+        """
+        events = self._events
+        users = [user for user in user_ids if user in events]
         if users:
             self._call_in_loop(self._fire_in_loop, users)
 
@@ -223,7 +234,6 @@ class PostgresListener(_Watcher):
     def __init__(
         self,
         signals: UserSignals,
-        follower: LogFollower,
         conninfo: str,
         *,
         events_channel: str,
@@ -236,7 +246,6 @@ class PostgresListener(_Watcher):
         learn the position those commits must be replayed to)."""
         super().__init__(signals)
         self._on_commits = on_commits
-        self._follower = follower
         self._conninfo = conninfo
         self._events_channel = events_channel
         self._devices_channel = devices_channel
@@ -252,7 +261,6 @@ class PostgresListener(_Watcher):
                                 sql.SQL("LISTEN {}").format(sql.Identifier(channel))
                             )
                     # Anything may have been written while (re)connecting.
-                    self._follower.changed_owners()
                     self._signals.fire_all()
                     if failing:
                         logger.warning("sync listener connected again")
@@ -273,10 +281,15 @@ class PostgresListener(_Watcher):
         # Drain what else is queued, so a burst of commits costs one read.
         notifies += connection.notifies(timeout=0.0)
         users = {n.payload for n in notifies if n.channel == self._devices_channel}
-        if any(n.channel == self._events_channel for n in notifies):
-            if self._on_commits is not None:
-                self._on_commits(connection)
-            users |= self._follower.changed_owners()
+        commits = [n.payload for n in notifies if n.channel == self._events_channel]
+        if commits and self._on_commits is not None:
+            self._on_commits(connection)
+        for payload in commits:
+            owners = woken_owners(payload)
+            if owners is None:
+                self._signals.fire_all()
+                return
+            users |= owners
         self._signals.fire(users)
 
 
