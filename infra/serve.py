@@ -48,6 +48,7 @@ def run(arguments: argparse.Namespace) -> int:
         port=arguments.port or settings.http_port,
         workers=arguments.workers,
         log_level="info",
+        access_log=settings.http_access_log,
         # httptools (C) with the request head bounded in bytes and time
         # (infra/http/protocol.py): uvicorn's own puts no limit on either.
         http="turnledger.infra.http.protocol:LimitedHttpToolsProtocol",

@@ -154,6 +154,10 @@ class Settings(BaseSettings):
     # How long a stopping service waits for requests in flight (long-polls are
     # answered at once) before it cancels them.
     http_shutdown_timeout_seconds: PositiveFloat = 10.0
+    # uvicorn's line per request on stderr. Off unless asked for, as in
+    # gunicorn: formatting it cost about a tenth of a turn write's CPU in the
+    # service, and the proxy in front usually keeps that log already.
+    http_access_log: bool = False
 
     @model_validator(mode="after")
     def _check_cross_field_rules(self) -> Self:
