@@ -25,7 +25,6 @@ from turnledger.infra.http import (
     fold_routes,
     purge_routes,
     sync_routes,
-    turn_route,
 )
 from turnledger.infra.http.cursor import CursorCodec
 from turnledger.infra.http.database import (
@@ -38,6 +37,7 @@ from turnledger.infra.http.errors import install_error_handlers
 from turnledger.infra.http.limits import BodySizeLimit, HeadSizeLimit
 from turnledger.infra.http.notifier import LogFollower, Poller, PostgresListener
 from turnledger.infra.http.service import Service
+from turnledger.infra.http.turn_route import TurnWritePath
 from turnledger.infra.persistence import master_key, open_conversations, open_replica
 from turnledger.infra.purge_retry import PurgeRetry
 from turnledger.infra.settings import Settings
@@ -180,8 +180,6 @@ def create_app(
     app.include_router(export_routes.router)
     app.include_router(fold_routes.router)
     app.include_router(purge_routes.router)
-    # Ahead of the routes above: turn writes that need none of FastAPI's work.
-    turn_route.install(app.router.routes)
 
     @app.get("/v1/health", response_model=HealthOut, tags=["service"])
     async def health() -> HealthOut:
@@ -218,6 +216,9 @@ def create_app(
             else {"Retry-After": str(settings.http_retry_after_seconds)},
         )
 
+    # Added first, so it runs innermost: inside every limit and the outage
+    # guard, ahead of FastAPI's routing, for turn writes that need none of it.
+    app.add_middleware(TurnWritePath)
     app.add_middleware(
         BodySizeLimit,
         max_bytes=settings.http_max_body_bytes,

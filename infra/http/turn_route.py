@@ -2,16 +2,20 @@
 on a short path.
 
 Devices write turns far more often than anything else, and through FastAPI
-each write paid for dependency solving, a second validation of the receipt
-and a hop through anyio's worker queue: several times the CPU the ledger
-spends on the turn. This route, matched ahead of FastAPI's, takes the
-requests whose every part is plainly well formed (a canonical conversation
-UUID, a turn id matching its pattern, a JSON body that validates as `TurnIn`)
-and writes them with the same steps as the documented route in
+each write paid for dependency solving, a second validation of the receipt,
+a hop through anyio's worker queue and the layers between the application's
+middleware and its routes (exception middleware, exit stack, route
+matching): several times the CPU the ledger spends on the turn. This
+middleware, the innermost of the application's own (inside the edge limits
+and the outage guard, which every request still passes), takes the requests
+whose every part is plainly well formed (a canonical conversation UUID, a
+turn id matching its pattern, a JSON body that validates as `TurnIn`) and
+writes them with the same steps as the documented route in
 `conversation_routes.py`: the same validation model, the same ledger call,
-the same receipt model, the same error handlers (its exceptions reach them
-unchanged). Every other request, malformed ones included, is passed on to
-that route untouched, so refusals keep their exact answers.
+the same receipt model. An exception is answered by the handler the
+application registered for its type, as Starlette's exception middleware
+would answer it. Every other request, malformed ones included, is passed on
+to FastAPI untouched, so refusals keep their exact answers.
 
 The ledger blocks its caller until the group commit has committed the turn,
 so the write runs on a thread of the service's own write pool, reached with
@@ -21,15 +25,15 @@ asyncio's `run_in_executor` (one future, no capacity limiter or cancel scope).
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import re
-from typing import Any
 from uuid import UUID
 
 from fastapi.security.utils import get_authorization_scheme_param
+from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Match, Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from turnledger.domain.application import TurnReceipt
 from turnledger.domain.conversation import TurnStatus
@@ -39,6 +43,8 @@ from turnledger.infra.http.schemas import TurnIn, TurnReceiptOut
 from turnledger.infra.http.service import Service
 
 PATH = "/v1/conversations/{conversation_id}/turns/{turn_id}"
+# PATH as Starlette matches it: each parameter one or more characters but "/".
+_PATH = re.compile(r"/v1/conversations/([^/]+)/turns/([^/]+)")
 
 # Only the spellings FastAPI's validation surely accepts the same way; any
 # other (hex without hyphens, braces, a bad turn id) takes the full route.
@@ -47,64 +53,81 @@ _CANONICAL_UUID = re.compile(
 )
 # The TurnId path parameter of conversation_routes: pattern and 1-128 characters.
 _TURN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")
-# Set on a request handed on to the documented route, so that this one does
-# not match it again.
-_PASSED_ON = "turnledger.turn_route.passed_on"
+
+_Parsed = tuple[UUID, str, TurnIn, str | None]
 
 
-class TurnWriteRoute(Route):
-    """The short path; add it ahead of FastAPI's routes (`install`)."""
+class TurnWritePath:
+    """The short path, as ASGI middleware; add it before any other, so that
+    it runs inside them (`create_app`)."""
 
-    def __init__(self) -> None:
-        super().__init__(
-            PATH, endpoint=self._write, methods=["PUT"], include_in_schema=False
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        match = (
+            _PATH.fullmatch(_route_path(scope))
+            if scope["type"] == "http" and scope["method"] == "PUT"
+            else None
         )
-
-    def matches(self, scope: Scope) -> tuple[Match, Scope]:
-        # Only full matches: a wrong method is for FastAPI's routes to answer.
-        if scope.get("method") != "PUT" or scope.get(_PASSED_ON):
-            return Match.NONE, {}
-        match, child_scope = super().matches(scope)
-        return (match, child_scope) if match is Match.FULL else (Match.NONE, {})
-
-    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await self._write(scope, receive, send)
-
-    async def _write(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if match is None:
+            await self.app(scope, receive, send)
+            return
         body = await _read_body(receive)
         if body is None:
             return  # the client went away
-        parsed = _parse(scope, body)
+        parsed = _parse(scope, match, body)
         if parsed is None:
-            await scope["app"].router(
-                {**scope, _PASSED_ON: True}, replay_body(body, receive), send
-            )
+            await self.app(scope, replay_body(body, receive), send)
             return
-        conversation_id, turn_id, turn, token = parsed
-        service: Service = scope["app"].state.service
-
-        def authenticate_and_record() -> tuple[Device, TurnReceipt, int]:
-            # The same steps, in the same order, as conversation_routes.record_turn.
-            device = service.registry.authenticate(token)
-            receipt = write_turn(service, device, conversation_id, turn_id, turn)
-            return device, receipt, service.reads.primary_position()
-
-        device, receipt, at = await asyncio.get_running_loop().run_in_executor(
-            service.write_threads(), authenticate_and_record
-        )
-        receipt_out = TurnReceiptOut(
-            conversation_id=receipt.conversation_id,
-            turn_id=receipt.turn_id,
-            status=receipt.status.value,
-            version=receipt.version,
-            recorded_at=receipt.recorded_at,
-        )
-        response = Response(
-            receipt_out.model_dump_json().encode(), media_type="application/json"
-        )
-        service.hand_back(response, device, at)
-        service.signals.fire([device.user_id])
+        try:
+            response = await _write(scope, parsed)
+        except Exception as error:
+            response = await _answer_error(scope, error)
         await response(scope, receive, send)
+
+
+async def _write(scope: Scope, parsed: _Parsed) -> Response:
+    conversation_id, turn_id, turn, token = parsed
+    service: Service = scope["app"].state.service
+
+    def authenticate_and_record() -> tuple[Device, TurnReceipt, int]:
+        # The same steps, in the same order, as conversation_routes.record_turn.
+        device = service.registry.authenticate(token)
+        receipt = write_turn(service, device, conversation_id, turn_id, turn)
+        return device, receipt, service.reads.primary_position()
+
+    device, receipt, at = await asyncio.get_running_loop().run_in_executor(
+        service.write_threads(), authenticate_and_record
+    )
+    receipt_out = TurnReceiptOut(
+        conversation_id=receipt.conversation_id,
+        turn_id=receipt.turn_id,
+        status=receipt.status.value,
+        version=receipt.version,
+        recorded_at=receipt.recorded_at,
+    )
+    response = Response(
+        receipt_out.model_dump_json().encode(), media_type="application/json"
+    )
+    service.hand_back(response, device, at)
+    service.signals.fire([device.user_id])
+    return response
+
+
+async def _answer_error(scope: Scope, error: Exception) -> Response:
+    """The application's answer to `error`: the handler registered for the
+    nearest of its classes (what Starlette's exception middleware looks up),
+    or the error raised on to the server-error middleware if there is none."""
+    handlers = scope["app"].exception_handlers
+    for kind in type(error).__mro__:
+        handler = handlers.get(kind)
+        if handler is not None:
+            answer = handler(Request(scope), error)
+            response = await answer if inspect.isawaitable(answer) else answer
+            assert isinstance(response, Response)
+            return response
+    raise error
 
 
 def write_turn(
@@ -137,11 +160,6 @@ def write_turn(
     )
 
 
-def install(router_routes: list[Any]) -> None:
-    """Put the short path first, so it is tried before FastAPI's routes."""
-    router_routes.insert(0, TurnWriteRoute())
-
-
 async def _read_body(receive: Receive) -> bytes | None:
     chunks = []
     while True:
@@ -153,10 +171,19 @@ async def _read_body(receive: Receive) -> bytes | None:
             return b"".join(chunks)
 
 
-def _parse(scope: Scope, body: bytes) -> tuple[UUID, str, TurnIn, str | None] | None:
+def _route_path(scope: Scope) -> str:
+    """The path the application's routes match: without the root path the
+    server was started with, as Starlette's router takes it off."""
+    path: str = scope["path"]
+    root: str = scope.get("root_path", "")
+    if root and path.startswith(root) and path[len(root) : len(root) + 1] == "/":
+        return path[len(root) :]
+    return path
+
+
+def _parse(scope: Scope, match: re.Match[str], body: bytes) -> _Parsed | None:
     """The request's parts, if each is one FastAPI would accept as it is."""
-    params = scope["path_params"]
-    conversation_id, turn_id = params["conversation_id"], params["turn_id"]
+    conversation_id, turn_id = match.group(1), match.group(2)
     if not _CANONICAL_UUID.fullmatch(conversation_id):
         return None
     if not _TURN_ID.fullmatch(turn_id):

@@ -136,3 +136,43 @@ def test_a_malformed_turn_id_or_conversation_id_keeps_its_documented_answer(
         == 405
     )
     assert history(client, auth, conversation) == []
+
+
+def test_the_short_paths_refusals_are_the_documented_routes_answers(
+    http: tuple[TestClient, dict[str, str], str],
+) -> None:
+    """Errors raised while writing (an unknown token, a version conflict,
+    text the ledger refuses, another user's conversation) are answered by the
+    application's handlers, byte for byte as through the documented route."""
+    client, auth, conversation = http
+    first = client.put(
+        f"/v1/conversations/{conversation}/turns/t0",
+        headers=auth,
+        json={"question": "q", "answer": "a"},
+    )
+    assert first.status_code == 200
+    stranger = str(UUID(int=12345))
+    cases = [
+        ({"Authorization": "Bearer not-a-token"}, conversation, {}, 401),
+        ({}, conversation, {}, 401),
+        (auth, conversation, {"expected_version": 1}, 409),
+        (auth, conversation, {"question": "a\x00b"}, 422),
+        (auth, stranger, {}, 404),
+    ]
+    for headers, target, change, status in cases:
+        turn = {"question": "q", "answer": "a", **change}
+        short = client.put(
+            f"/v1/conversations/{target}/turns/t1", headers=headers, json=turn
+        )
+        passed_on = client.put(
+            f"/v1/conversations/{UUID(target).hex}/turns/t1", headers=headers, json=turn
+        )
+        assert short.status_code == status, (change, short.text)
+        assert (short.status_code, short.content) == (
+            passed_on.status_code,
+            passed_on.content,
+        ), change
+        assert short.headers.get("www-authenticate") == passed_on.headers.get(
+            "www-authenticate"
+        )
+    assert history(client, auth, conversation) == ["t0"]
