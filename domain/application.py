@@ -54,6 +54,7 @@ from turnledger.domain.results import (
     HistoryPage,
     ProjectedWindow,
     TurnReceipt,
+    TurnRequest,
 )
 from turnledger.domain.text import (
     DEFAULT_MAX_TURN_BYTES,
@@ -308,22 +309,100 @@ class Conversations(Application[UUID]):
         `window` is the projected window this answer replied to: its receipt
         is kept with the turn so an audit can prove what was sent.
         """
-        turn = turn_parts(question, answer, parts, answer_field="answer")
-        turn.check_complete()
-        if window is not None:
-            check_window(conversation_id, turn.question, window)
         receipt: TurnReceipt = self._submit(
-            self._turns.write(
+            self._confirmed_write(
                 owner_id,
                 conversation_id,
                 turn_id=turn_id,
-                status=TurnStatus.CONFIRMED,
-                turn=turn,
+                question=question,
+                answer=answer,
+                parts=parts,
                 expected_version=expected_version,
                 window=window,
             )
         )
         return receipt
+
+    def record_turns(
+        self, requests: Sequence[TurnRequest]
+    ) -> list[TurnReceipt | Exception]:
+        """Many turns, of any owners and conversations, each written exactly
+        as `confirm_turn` or `record_abandoned_turn` writes it, in shared
+        transactions; writes of one conversation in the order given.
+
+        Each request's outcome is in its place: its receipt, or the error that
+        refused it, which refused nothing else. For services that gather
+        concurrent requests into one call (the HTTP service's turn writes).
+        """
+        outcomes: list[TurnReceipt | Exception | None] = []
+        writes: list[Write] = []
+        places: list[int] = []
+        for request in requests:
+            try:
+                writes.append(self._request_write(request))
+            except Exception as error:  # this request's refusal, in its place
+                outcomes.append(error)
+            else:
+                places.append(len(outcomes))
+                outcomes.append(None)  # filled in once committed
+        for place, pending in zip(
+            places, self._committer.submit_many(writes), strict=True
+        ):
+            try:
+                outcomes[place] = pending.outcome()
+            except Exception as error:
+                outcomes[place] = error
+        return [outcome for outcome in outcomes if outcome is not None]
+
+    def _request_write(self, request: TurnRequest) -> Write:
+        if not isinstance(request, TurnRequest):
+            raise InvalidInputError("requests", "expected TurnRequest items")
+        if request.status == TurnStatus.CONFIRMED:
+            return self._confirmed_write(
+                request.owner_id,
+                request.conversation_id,
+                turn_id=request.turn_id,
+                question=request.question,
+                answer=request.answer,
+                parts=request.parts,
+                expected_version=request.expected_version,
+            )
+        return self._abandoned_write(
+            request.owner_id,
+            request.conversation_id,
+            turn_id=request.turn_id,
+            outcome=request.status,
+            question=request.question,
+            partial_answer=request.answer,
+            parts=request.parts,
+            expected_version=request.expected_version,
+        )
+
+    def _confirmed_write(
+        self,
+        owner_id: str,
+        conversation_id: UUID,
+        *,
+        turn_id: str,
+        question: str | None,
+        answer: str | None,
+        parts: TurnParts | None,
+        expected_version: int | None,
+        window: ProjectedWindow | None = None,
+    ) -> Write:
+        turn = turn_parts(question, answer, parts, answer_field="answer")
+        turn.check_complete()
+        if window is not None:
+            check_window(conversation_id, turn.question, window)
+        return self._turns.write(
+            owner_id,
+            conversation_id,
+            turn_id=turn_id,
+            status=TurnStatus.CONFIRMED,
+            turn=turn,
+            expected_version=expected_version,
+            window=window,
+        )
 
     def confirm_turns(
         self,
@@ -384,6 +463,32 @@ class Conversations(Application[UUID]):
         Give `question` (and any `partial_answer`), or `parts`, which may end
         mid-tool: calls without results, an empty answer.
         """
+        receipt: TurnReceipt = self._submit(
+            self._abandoned_write(
+                owner_id,
+                conversation_id,
+                turn_id=turn_id,
+                outcome=outcome,
+                question=question,
+                partial_answer=partial_answer,
+                parts=parts,
+                expected_version=expected_version,
+            )
+        )
+        return receipt
+
+    def _abandoned_write(
+        self,
+        owner_id: str,
+        conversation_id: UUID,
+        *,
+        turn_id: str,
+        outcome: TurnStatus | str,
+        question: str | None,
+        partial_answer: str | None,
+        parts: TurnParts | None,
+        expected_version: int | None,
+    ) -> Write:
         try:
             status = TurnStatus(outcome)
         except ValueError:
@@ -397,17 +502,14 @@ class Conversations(Application[UUID]):
             parts,
             answer_field="partial_answer",
         )
-        receipt: TurnReceipt = self._submit(
-            self._turns.write(
-                owner_id,
-                conversation_id,
-                turn_id=turn_id,
-                status=status,
-                turn=turn,
-                expected_version=expected_version,
-            )
+        return self._turns.write(
+            owner_id,
+            conversation_id,
+            turn_id=turn_id,
+            status=status,
+            turn=turn,
+            expected_version=expected_version,
         )
-        return receipt
 
     def delete_history(
         self,

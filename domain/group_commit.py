@@ -30,9 +30,9 @@ from typing import Any, Generic, TypeVar
 
 W = TypeVar("W")
 
-# How long a new leader may wait for the writers of the previous batch to
-# queue again (only after a batch of several: a lone writer never waits). It
-# stops waiting as soon as they are all back.
+# How long a new leader may wait for the callers of the previous batch to
+# queue again (only after a batch of several callers: a lone caller never
+# waits, whatever it submitted). It stops waiting as soon as they are all back.
 _GATHER_SECONDS = 0.001
 
 
@@ -98,7 +98,7 @@ class GroupCommitter(Generic[W]):
         self._last_batch = 0
         self._mutex = threading.Lock()
         # A gathering leader sleeps on this until the queue holds as many
-        # writes as its last batch (`_gather_target`), or its time is up.
+        # callers as its last batch (`_gather_target`), or its time is up.
         self._gathered = threading.Condition(self._mutex)
         self._gather_target: int | None = None
 
@@ -116,7 +116,7 @@ class GroupCommitter(Generic[W]):
             self._queue.extend(requests)
             if (
                 self._gather_target is not None
-                and len(self._queue) >= self._gather_target
+                and self._queued_callers() >= self._gather_target
             ):
                 self._gather_target = None
                 self._gathered.notify_all()
@@ -134,6 +134,9 @@ class GroupCommitter(Generic[W]):
                 waiter.signalled = False
 
     # The rest runs with the mutex held, but for _lead's commit.
+
+    def _queued_callers(self) -> int:
+        return len({pending.waiter for pending in self._queue})
 
     def _eligible(self) -> bool:
         return any(self._key(p.work) not in self._busy_keys for p in self._queue)
@@ -163,18 +166,21 @@ class GroupCommitter(Generic[W]):
             waiter.wake.release()
 
     def _gather(self) -> None:
-        """Wait, briefly, for the writers of the last batch to queue again.
+        """Wait, briefly, for the callers of the last batch to queue again.
 
         They come back with their next write as soon as they are woken: a
         moment's wait lets one transaction carry them all, instead of a batch
         of one followed by the rest. The wait ends when they are all queued
         (the last one to arrive wakes the leader) or after _GATHER_SECONDS.
+        Callers, not writes: one caller that submitted several writes at once
+        (a group of requests gathered elsewhere) brings no more until its
+        call returns, so waiting for more of its writes would only add delay.
         """
         target = self._last_batch
-        if len(self._queue) >= target:
+        if self._queued_callers() >= target:
             return
         deadline = time.monotonic() + _GATHER_SECONDS
-        while len(self._queue) < target:
+        while self._queued_callers() < target:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
@@ -208,7 +214,7 @@ class GroupCommitter(Generic[W]):
         with self._mutex:
             self._gather()
             batch = self._take_batch()
-            self._last_batch = len(batch)
+            self._last_batch = len({pending.waiter for pending in batch})
         try:
             if batch:
                 self._commit_batch(batch)

@@ -30,6 +30,22 @@ class TurnReceipt:
 
 
 @dataclass(frozen=True, slots=True)
+class TurnRequest:
+    """One turn for `Conversations.record_turns`: what `confirm_turn` (status
+    confirmed) or `record_abandoned_turn` (failed or stopped) is given, with
+    `answer` in the role of the partial answer for the latter."""
+
+    owner_id: str
+    conversation_id: UUID
+    turn_id: str
+    status: TurnStatus | str = TurnStatus.CONFIRMED
+    question: str | None = None
+    answer: str | None = None
+    parts: TurnParts | None = None
+    expected_version: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class HistoryItem:
     """A turn as the owner sees it; text is None once the turn is deleted."""
 

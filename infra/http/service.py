@@ -15,14 +15,15 @@ from turnledger.infra.devices import Device, DeviceRegistry
 from turnledger.infra.http.cursor import CursorCodec
 from turnledger.infra.http.notifier import UserSignals
 from turnledger.infra.http.reads import ReadRouter
+from turnledger.infra.http.turn_queue import TurnWriteQueue
 from turnledger.infra.settings import Settings
 from turnledger.infra.tokenizers import token_counter
 from turnledger.projections.tokens import TokenCounter
 
 POSITION_HEADER = "TurnLedger-Position"
-# Threads for turn writes, each blocked until its group commit has committed:
-# as many as anyio's default thread limit, which bounded them before.
-WRITE_THREADS = 40
+# Threads the short path's turn writes are written on, one per group in flight
+# (infra/http/turn_queue.py): one group at a time.
+WRITE_THREADS = 1
 
 ClientPosition = Annotated[
     str | None,
@@ -45,6 +46,7 @@ class Service:
     feed: ConversationFeed = field(init=False)
     reads: ReadRouter = field(init=False)
     signals: UserSignals = field(init=False)
+    turn_writes: TurnWriteQueue = field(init=False)
 
     _counters: dict[str, TokenCounter] = field(default_factory=dict)
     _write_threads: ThreadPoolExecutor | None = None
@@ -61,6 +63,13 @@ class Service:
         self.signals = UserSignals(
             per_device=self.settings.http_max_long_polls_per_device,
             per_user=self.settings.http_max_long_polls_per_user,
+        )
+        self.turn_writes = TurnWriteQueue(
+            self.registry,
+            self.ledger,
+            self.reads,
+            self.write_threads,
+            groups_in_flight=WRITE_THREADS,
         )
 
     def required_position(self, device: Device, token: str | None) -> int:

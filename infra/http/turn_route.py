@@ -18,13 +18,13 @@ would answer it. Every other request, malformed ones included, is passed on
 to FastAPI untouched, so refusals keep their exact answers.
 
 The ledger blocks its caller until the group commit has committed the turn,
-so the write runs on a thread of the service's own write pool, reached with
-asyncio's `run_in_executor` (one future, no capacity limiter or cancel scope).
+so the writes that arrive together are written in groups on the service's
+own write pool (`turn_queue.py`): one thread hop, one token lookup and one
+ledger call a group, not a request.
 """
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import json
 import re
@@ -35,8 +35,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from turnledger.domain.application import TurnReceipt
-from turnledger.domain.conversation import TurnStatus
+from turnledger.domain.results import TurnReceipt, TurnRequest
 from turnledger.infra.devices import Device
 from turnledger.infra.http.limits import replay_body
 from turnledger.infra.http.schemas import TurnIn, TurnReceiptOut
@@ -90,15 +89,10 @@ class TurnWritePath:
 async def _write(scope: Scope, parsed: _Parsed) -> Response:
     conversation_id, turn_id, turn, token = parsed
     service: Service = scope["app"].state.service
-
-    def authenticate_and_record() -> tuple[Device, TurnReceipt, int]:
-        # The same steps, in the same order, as conversation_routes.record_turn.
-        device = service.registry.authenticate(token)
-        receipt = write_turn(service, device, conversation_id, turn_id, turn)
-        return device, receipt, service.reads.primary_position()
-
-    device, receipt, at = await asyncio.get_running_loop().run_in_executor(
-        service.write_threads(), authenticate_and_record
+    # The same steps, in the same order, as conversation_routes.record_turn,
+    # in a group with the writes that arrive meanwhile.
+    device, receipt, at = await service.turn_writes.write(
+        token, lambda device: turn_request(device, conversation_id, turn_id, turn)
     )
     receipt_out = TurnReceiptOut(
         conversation_id=receipt.conversation_id,
@@ -130,34 +124,33 @@ async def _answer_error(scope: Scope, error: Exception) -> Response:
     raise error
 
 
-def write_turn(
-    service: Service, device: Device, conversation_id: UUID, turn_id: str, turn: TurnIn
-) -> TurnReceipt:
-    """Record `turn` as the ledger takes it (both routes write through here)."""
+def turn_request(
+    device: Device, conversation_id: UUID, turn_id: str, turn: TurnIn
+) -> TurnRequest:
+    """`turn` as the ledger takes it, written by `device` (both routes)."""
     parts = turn.turn_parts()
     # With parts, the question and answer travel inside them.
-    question = None if parts is not None else turn.question
-    answer = None if parts is not None else turn.answer
-    if turn.status == TurnStatus.CONFIRMED:
-        return service.ledger.confirm_turn(
-            device.user_id,
-            conversation_id,
-            turn_id=turn_id,
-            question=question,
-            answer=answer,
-            parts=parts,
-            expected_version=turn.expected_version,
-        )
-    return service.ledger.record_abandoned_turn(
-        device.user_id,
-        conversation_id,
+    return TurnRequest(
+        owner_id=device.user_id,
+        conversation_id=conversation_id,
         turn_id=turn_id,
-        outcome=turn.status,
-        question=question,
-        partial_answer=answer,
+        status=turn.status,
+        question=None if parts is not None else turn.question,
+        answer=None if parts is not None else turn.answer,
         parts=parts,
         expected_version=turn.expected_version,
     )
+
+
+def write_turn(
+    service: Service, device: Device, conversation_id: UUID, turn_id: str, turn: TurnIn
+) -> TurnReceipt:
+    """Record `turn` on its own (the documented route)."""
+    request = turn_request(device, conversation_id, turn_id, turn)
+    outcome = service.ledger.record_turns([request])[0]
+    if isinstance(outcome, Exception):
+        raise outcome
+    return outcome
 
 
 async def _read_body(receive: Receive) -> bytes | None:

@@ -184,3 +184,44 @@ def test_revoking_a_device_revokes_the_devices_it_added(
     other = registry.add("alice", "watch", added_by=sibling.device.device_id)
     registry.revoke(other.device.device_id)
     assert registry.authenticate(sibling.token) == sibling.device
+
+
+def test_many_tokens_are_authenticated_each_in_its_place(
+    registry: DeviceRegistry,
+) -> None:
+    """One lookup for a group of requests gives each token the answer
+    `authenticate` gives it alone: repeated, unknown, revoked and missing
+    tokens included."""
+    phone = registry.add("alice", "phone")
+    laptop = registry.add("bob", "laptop")
+    gone = registry.add("alice", "old tablet")
+    registry.revoke(gone.device.device_id)
+    tokens = [
+        phone.token,
+        "not-a-token",
+        laptop.token,
+        None,
+        gone.token,
+        phone.token,
+        "",
+    ]
+    found = registry.authenticate_many(tokens)
+    assert len(found) == len(tokens)
+    for token, outcome in zip(tokens, found, strict=True):
+        try:
+            alone: object = registry.authenticate(token)
+        except UnauthenticatedError as error:
+            assert isinstance(outcome, UnauthenticatedError)
+            assert str(outcome) == str(error)
+        else:
+            assert outcome == alone
+    assert [getattr(o, "device_id", None) for o in found] == [
+        phone.device.device_id,
+        None,
+        laptop.device.device_id,
+        None,
+        None,
+        phone.device.device_id,
+        None,
+    ]
+    assert registry.authenticate_many([]) == []

@@ -5,7 +5,9 @@ plainly accept."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
+from typing import Any
 from uuid import UUID
 
 import pytest
@@ -176,3 +178,77 @@ def test_the_short_paths_refusals_are_the_documented_routes_answers(
             "www-authenticate"
         )
     assert history(client, auth, conversation) == ["t0"]
+
+
+def test_concurrent_writes_are_written_in_groups_each_with_its_own_answer(
+    http: tuple[TestClient, dict[str, str], str],
+) -> None:
+    """Requests that arrive while a group is being written go together as the
+    next group (infra/http/turn_queue.py): one token lookup and one ledger
+    call for them all, yet each gets the answer it would get alone."""
+    client, auth, conversation = http
+    service = client.app.state.service  # type: ignore[attr-defined]
+    ledger = service.ledger
+    record_turns = ledger.record_turns
+    groups: list[int] = []
+
+    def recording(requests: Any) -> Any:
+        groups.append(len(requests))
+        if len(groups) == 1:
+            time.sleep(0.5)  # the others arrive meanwhile
+        return record_turns(requests)
+
+    ledger.record_turns = recording
+    users = {
+        f"user{n}": service.registry.add(f"user{n}", "phone").token for n in range(6)
+    }
+    own = {
+        user: client.post(
+            "/v1/conversations", headers={"Authorization": f"Bearer {token}"}
+        ).json()["conversation_id"]
+        for user, token in users.items()
+    }
+    groups.clear()
+    calls: list[tuple[str, dict[str, str], str, dict[str, Any], int]] = [
+        ("first", auth, conversation, {}, 200),
+        *[
+            (user, {"Authorization": f"Bearer {token}"}, own[user], {}, 200)
+            for user, token in users.items()
+        ],
+        ("unknown", {"Authorization": "Bearer nope"}, conversation, {}, 401),
+        ("stale", auth, conversation, {"expected_version": 1}, 409),
+        ("elsewhere", auth, own["user0"], {}, 404),
+    ]
+    answers: dict[str, Any] = {}
+
+    def put(
+        name: str, headers: dict[str, str], target: str, change: dict[str, Any]
+    ) -> None:
+        if name != "first":
+            time.sleep(0.1)  # after the first request's group has begun
+        answers[name] = client.put(
+            f"/v1/conversations/{target}/turns/{name}",
+            headers=headers,
+            json={"question": f"q {name}", "answer": "a", **change},
+        )
+
+    threads = [
+        threading.Thread(target=put, args=(name, headers, target, change))
+        for name, headers, target, change, _ in calls
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for name, _, target, _, status in calls:
+        assert answers[name].status_code == status, (name, answers[name].text)
+        if status == 200:
+            assert answers[name].json()["turn_id"] == name
+            assert answers[name].json()["conversation_id"] == target
+    assert groups[0] == 1 and max(groups[1:]) >= 2, groups
+    # The unknown token never reached the ledger; the rest did, once each.
+    assert sum(groups) == len(calls) - 1
+    assert history(client, auth, conversation) == ["first"]
+    for user, token in users.items():
+        mine = {"Authorization": f"Bearer {token}"}
+        assert history(client, mine, own[user]) == [user]

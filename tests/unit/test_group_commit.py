@@ -197,12 +197,13 @@ def test_limits_must_be_positive() -> None:
         GroupCommitter(Recorder(), key=lambda write: write[0], max_in_flight=0)
 
 
-def test_the_leader_waits_for_the_last_batch_s_writers_and_no_longer(
+def test_the_leader_waits_for_the_last_batch_s_callers_and_no_longer(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A leader whose last batch had two writes waits for two, woken by the
-    second's arrival; a lone writer's leader never waits. With a gathering
-    time of 30 s, either mistake would take minutes."""
+    """A leader whose last batch had two callers waits for two, woken by the
+    second's arrival; a lone caller's leader never waits, even when it
+    submitted several writes at once. With a gathering time of 30 s, any of
+    these mistakes would take minutes."""
     import turnledger.domain.group_commit as group_commit
 
     monkeypatch.setattr(group_commit, "_GATHER_SECONDS", 30.0)
@@ -211,12 +212,30 @@ def test_the_leader_waits_for_the_last_batch_s_writers_and_no_longer(
     began = time.monotonic()
     for number in range(20):  # one writer: every batch of one, no wait
         committer.submit(("a", 0, number))
+    for number in range(20):  # one caller of groups of varying size
+        works = [("g", 0, 100 * number + k) for k in range(1 + number % 5)]
+        assert [p.outcome() for p in committer.submit_many(works)]
     assert time.monotonic() - began < 10
 
-    # Two writers in step, the second 50 ms behind the first each round: once
-    # a batch held both, each round's leader waits for the second (whose
-    # arrival wakes it), not 30 s, and the batch holds both again.
-    assert [p.outcome() for p in committer.submit_many([("k0", 9, 0), ("k1", 9, 0)])]
+    # A batch of two callers: both queue while a slow batch commits.
+    recorder.delay = 0.3
+    slow = threading.Thread(target=committer.submit, args=(("slow", 0, 0),))
+    slow.start()
+    time.sleep(0.1)
+    both = [
+        threading.Thread(target=committer.submit, args=((f"k{k}", k, 0),))
+        for k in range(2)
+    ]
+    for thread in both:
+        thread.start()
+    for thread in (slow, *both):
+        thread.join()
+    assert recorder.batches[-1] == 2
+    recorder.delay = 0.0
+
+    # Two writers in step, the second 50 ms behind the first each round: each
+    # round's leader waits for the second (whose arrival wakes it), not 30 s,
+    # and the batch holds both again.
     barrier = threading.Barrier(2)
 
     def writer(index: int) -> None:
