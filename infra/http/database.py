@@ -79,7 +79,11 @@ class DatabaseMonitor:
         self._interval = interval
         self._timeout = timeout
         self._state = Availability(available=True, since=time.time())
-        self._went_down: asyncio.Future[None] | None = None
+        # Called when the database is next found unavailable. A set, not a
+        # future's callbacks: every request in flight registers (long-polls
+        # included), and removing a future's callback scans all of them, which
+        # made each write cost more with every long-poll waiting.
+        self._outage_watchers: set[Callable[[], None]] = set()
         self._poked = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[None] | None = None
@@ -93,12 +97,13 @@ class DatabaseMonitor:
     def available(self) -> bool:
         return self._state.available
 
-    def went_down(self) -> asyncio.Future[None]:
-        """Done when the database is next found unavailable (one future shared
-        by every request in flight, so guarding one costs no task)."""
-        if self._went_down is None:
-            self._went_down = asyncio.get_running_loop().create_future()
-        return self._went_down
+    def watch_outage(self, callback: Callable[[], None]) -> None:
+        """Call `callback` once, on the event loop, when the database is next
+        found unavailable (unless `unwatch_outage` comes first)."""
+        self._outage_watchers.add(callback)
+
+    def unwatch_outage(self, callback: Callable[[], None]) -> None:
+        self._outage_watchers.discard(callback)
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -147,11 +152,11 @@ class DatabaseMonitor:
         self._state = Availability(available, time.time(), reason)
         if available:
             logger.warning("database available again")
-            self._went_down = None
         else:
             logger.warning("database unavailable: %s", reason)
-            if self._went_down is not None and not self._went_down.done():
-                self._went_down.set_result(None)
+            watchers, self._outage_watchers = self._outage_watchers, set()
+            for watcher in watchers:
+                watcher()
 
     async def _run(self) -> None:
         while not self._stopping:
@@ -237,7 +242,6 @@ class DatabaseGuard:
         if not monitor.available:
             await unavailable_response(self._retry_after)(scope, receive, send)
             return
-        went_down = monitor.went_down()
         started = answered = False
         answering: asyncio.Task[None] | None = None
 
@@ -249,7 +253,7 @@ class DatabaseGuard:
                 started = True
             await send(message)
 
-        def on_outage(_: asyncio.Future[None]) -> None:
+        def on_outage() -> None:
             nonlocal answered, answering
             if started or answered:
                 return
@@ -260,7 +264,7 @@ class DatabaseGuard:
 
         # The request runs in its own task; only an outage starts another one,
         # which answers 503 while the work goes on to finish or fail.
-        went_down.add_done_callback(on_outage)
+        monitor.watch_outage(on_outage)
         try:
             await self.app(scope, receive, guarded_send)
         except Exception as error:
@@ -271,7 +275,7 @@ class DatabaseGuard:
                     "a request answered 503 later failed: %s", _one_line(error)
                 )
         finally:
-            went_down.remove_done_callback(on_outage)
+            monitor.unwatch_outage(on_outage)
             if answering is not None:
                 await answering
 
