@@ -4,17 +4,19 @@ Modelled on Matrix's `/sync?since=`: the response carries the changes in log
 order and the cursor to pass next time. With `timeout`, a request that finds
 nothing new waits for up to that many seconds and returns as soon as one of
 the user's changes is committed, by this process or any other. A service that
-is stopping answers its waiting long-polls at once, with what they have.
+is stopping answers its waiting long-polls at once, with what they have, and
+a long-poll whose client has gone away stops waiting at once (it no longer
+counts against the device's and user's caps).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Query, Request
 from starlette.concurrency import run_in_threadpool
+from starlette.types import Receive
 
 from turnledger.domain.errors import InvalidInputError, UnauthenticatedError
 from turnledger.domain.feed import (
@@ -53,6 +55,7 @@ TIMEOUT_CEILING_SECONDS = 300.0
 
 @router.get("/sync", response_model=SyncOut)
 async def sync(
+    request: Request,
     device: Annotated[Device, Depends(current_device)],
     service: Annotated[Service, Depends(get_service)],
     since: Annotated[
@@ -82,7 +85,9 @@ async def sync(
     wait = min(timeout, service.settings.sync_max_wait_seconds)
     if wait > 0 and not service.signals.closing:
         with service.signals.waiting(user_id, device.device_id):
-            batch, at = await _read_or_wait(service, device, position, wal, wait, limit)
+            batch, at = await _read_or_wait(
+                service, device, position, wal, wait, limit, request.receive
+            )
     else:
         batch, at = await run_in_threadpool(
             _pull, service, user_id, position, wal, limit
@@ -114,39 +119,64 @@ def _pull(
 
 
 async def _read_or_wait(
-    service: Service, device: Device, position: int, wal: int, wait: float, limit: int
+    service: Service,
+    device: Device,
+    position: int,
+    wal: int,
+    wait: float,
+    limit: int,
+    receive: Receive,
 ) -> tuple[ChangeBatch, int]:
     """The next batch of the user's changes, waiting up to `wait` s for one.
 
     Wakes only for this user's changes, for a revocation of one of the user's
-    devices, and when the service stops. After each wake-up the device is
+    devices, when the service stops, and when the client goes away (then
+    whatever is returned is dropped). After each wake-up the device is
     checked again, after the read, so a device revoked while it waited is
     answered 401 and never handed a change committed after its revocation.
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait
     waited = False
-    while True:
-        # Take the wake-up event before reading, so a commit landing between
-        # the read and the wait is not missed.
-        woken = service.signals.current(device.user_id)
-        # A wake-up comes after the commit's position is known to this
-        # process, so a read on a replica waits until it has replayed it.
-        batch, at = await run_in_threadpool(
-            _pull, service, device.user_id, position, wal, limit
-        )
-        if waited and await run_in_threadpool(
-            service.registry.is_revoked, device.device_id
-        ):
-            raise UnauthenticatedError("this device token has been revoked")
-        remaining = deadline - loop.time()
-        if batch.changes or not batch.caught_up or remaining <= 0:
-            return batch, at
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(woken.wait(), remaining)
-        waited = True
-        if service.signals.closing:
-            return batch, at
+    gone = asyncio.ensure_future(_disconnected(receive))
+    try:
+        while True:
+            # Take the wake-up event before reading, so a commit landing
+            # between the read and the wait is not missed.
+            woken = service.signals.current(device.user_id)
+            # A wake-up comes after the commit's position is known to this
+            # process, so a read on a replica waits until it has replayed it.
+            batch, at = await run_in_threadpool(
+                _pull, service, device.user_id, position, wal, limit
+            )
+            if waited and await run_in_threadpool(
+                service.registry.is_revoked, device.device_id
+            ):
+                raise UnauthenticatedError("this device token has been revoked")
+            remaining = deadline - loop.time()
+            if batch.changes or not batch.caught_up or remaining <= 0 or gone.done():
+                return batch, at
+            wake = asyncio.ensure_future(woken.wait())
+            try:
+                await asyncio.wait(
+                    (wake, gone),
+                    timeout=remaining,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+            finally:
+                wake.cancel()
+            waited = True
+            if service.signals.closing or gone.done():
+                return batch, at
+    finally:
+        gone.cancel()
+
+
+async def _disconnected(receive: Receive) -> None:
+    """Returns when the client has gone away (the body is read already, so
+    the next message is the disconnect)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 def _change_out(

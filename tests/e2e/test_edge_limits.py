@@ -259,3 +259,43 @@ def test_pipelined_requests_are_answered_and_a_later_head_is_bounded_too(
     assert status == 431, body
     assert headers["connection"] == "close"
     sock.close()
+
+
+def test_a_long_poll_whose_client_went_away_stops_counting_at_once(
+    server: Server, add_device: Callable[[str, str], str]
+) -> None:
+    """A phone that loses its network and reconnects must not find its own
+    dead long-polls holding the device's cap until they time out."""
+    token = add_device("alice", "phone")
+    host, port = server.base_url.removeprefix("http://").split(":")
+
+    def open_long_poll() -> socket.socket:
+        sock = socket.create_connection((host, int(port)))
+        sock.sendall(
+            b"GET /v1/sync?timeout=60 HTTP/1.1\r\nHost: t\r\n"
+            b"Authorization: Bearer " + token.encode() + b"\r\n\r\n"
+        )
+        return sock
+
+    phone = client(server, token)
+    dead = [open_long_poll(), open_long_poll()]
+    time.sleep(0.5)
+    # The cap (2 per device) is reached while they wait.
+    assert phone.get("/v1/sync", params={"timeout": 1}).status_code == 429
+    for sock in dead:
+        sock.close()
+    closed_at = time.monotonic()
+    statuses: list[int] = []
+    while time.monotonic() - closed_at < 5:
+        status = phone.get("/v1/sync", params={"timeout": 0.2}).status_code
+        statuses.append(status)
+        if status == 200:
+            break
+    assert statuses[-1] == 200, statuses
+    assert time.monotonic() - closed_at < 1.0, statuses
+    # And the cap is whole again: two may wait at once.
+    waiting = [open_long_poll(), open_long_poll()]
+    time.sleep(0.5)
+    assert phone.get("/v1/sync", params={"timeout": 1}).status_code == 429
+    for sock in waiting:
+        sock.close()
