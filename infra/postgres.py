@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import weakref
 from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
@@ -471,6 +472,17 @@ def json_rows(columns: str, rows: Sequence[Sequence[Any]]) -> str:
     ).decode()
 
 
+def schema_channel(schema: str, table: str) -> str:
+    """The NOTIFY channel of one schema's events table: the schema's name in
+    it, shortened with a digest when the whole would pass PostgreSQL's
+    63-byte limit on names."""
+    name = f"{schema}_{table}"
+    if len(name.encode()) <= 63:
+        return name
+    digest = hashlib.sha256(schema.encode()).hexdigest()[:16]
+    return f"{table[:40]}_{digest}"
+
+
 def wake_payload(owner_ids: Collection[str]) -> str:
     """The NOTIFY payload of a batch: the owners whose data it changed, so a
     sync listener wakes their long-polls without reading the log back. Empty
@@ -501,6 +513,11 @@ class PostgresReadSideRecorder(PostgresApplicationRecorder):
 
     def __init__(self, datastore: PostgresDatastore, **kwargs: Any) -> None:
         super().__init__(datastore, **kwargs)
+        # The library names the channel after the table alone, so every store
+        # in one database shared it: each schema's listeners heard the
+        # others' writes. Set before anything uses it (the write function,
+        # the library's NOTIFY and subscriptions all read this attribute).
+        self.channel_name = schema_channel(datastore.schema, self.events_table_name)
         self._schema = sql.Identifier(datastore.schema)
         self._quiet: list[tuple[str, str]] | None = None
         # A batch's keys, turns, heads and events in one statement (see

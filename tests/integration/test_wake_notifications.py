@@ -23,7 +23,7 @@ from psycopg import sql
 from turnledger.domain.application import Conversations
 from turnledger.infra.http.notifier import PostgresListener, UserSignals
 from turnledger.infra.persistence import open_conversations
-from turnledger.infra.postgres import wake_payload, woken_owners
+from turnledger.infra.postgres import schema_channel, wake_payload, woken_owners
 from turnledger.infra.settings import Settings
 
 # The owners of one batch, spelt any way at all (the ledger allows fewer
@@ -226,3 +226,56 @@ def test_the_listener_wakes_the_users_a_notification_names_or_all_if_none(
     finally:
         listener.stop()
         waiting.close()
+
+
+@pytest.mark.postgres
+def test_a_schemas_notifications_stay_in_that_schema(
+    ledger: Conversations, postgres_settings: Settings, postgres_conninfo: str
+) -> None:
+    """Two stores in one database: a write in one is not heard by the other's
+    listeners (the library's channel is named after the table alone)."""
+    other_schema = f"{postgres_settings.postgres_schema}_b"
+    other_settings = postgres_settings.model_copy(
+        update={"postgres_schema": other_schema}
+    )
+    other = open_conversations(other_settings)
+    try:
+        assert channel_of(other) != channel_of(ledger)
+        assert postgres_settings.postgres_schema in channel_of(ledger)
+        conversation = other.start_conversation("alice")
+
+        def write_elsewhere() -> None:
+            other.confirm_turn(
+                "alice", conversation, turn_id="t1", question="q", answer="a"
+            )
+
+        assert (
+            notifications_during(postgres_conninfo, channel_of(ledger), write_elsewhere)
+            == []
+        )
+        mine = ledger.start_conversation("alice")
+
+        def write_here() -> None:
+            ledger.confirm_turn("alice", mine, turn_id="t1", question="q", answer="a")
+
+        assert notifications_during(
+            postgres_conninfo, channel_of(ledger), write_here
+        ) == [{"alice"}]
+    finally:
+        other.close()
+        with psycopg.connect(postgres_conninfo, autocommit=True) as connection:
+            connection.execute(
+                sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(
+                    sql.Identifier(other_schema)
+                )
+            )
+
+
+def test_a_long_schema_name_still_gives_a_legal_distinct_channel() -> None:
+    long_a, long_b = "a" * 60, "a" * 59 + "b"
+    names = {schema_channel(s, "conversations_events") for s in (long_a, long_b)}
+    assert len(names) == 2
+    assert all(len(name.encode()) <= 63 for name in names)
+    assert schema_channel("tenant_1", "conversations_events") == (
+        "tenant_1_conversations_events"
+    )
