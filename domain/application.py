@@ -352,7 +352,8 @@ class Conversations(Application[UUID]):
                 outcomes[place] = pending.outcome()
             except Exception as error:
                 outcomes[place] = error
-        return [outcome for outcome in outcomes if outcome is not None]
+        assert all(outcome is not None for outcome in outcomes)
+        return cast(list[TurnReceipt | Exception], outcomes)
 
     def _request_write(self, request: TurnRequest) -> Write:
         if not isinstance(request, TurnRequest):

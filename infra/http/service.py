@@ -21,8 +21,8 @@ from turnledger.infra.tokenizers import token_counter
 from turnledger.projections.tokens import TokenCounter
 
 POSITION_HEADER = "TurnLedger-Position"
-# Threads the short path's turn writes are written on, one per group in flight
-# (infra/http/turn_queue.py): one group at a time.
+# The thread the short path's turn writes are written on, a group at a time
+# (infra/http/turn_queue.py).
 WRITE_THREADS = 1
 
 ClientPosition = Annotated[
@@ -69,7 +69,6 @@ class Service:
             self.ledger,
             self.reads,
             self.write_threads,
-            groups_in_flight=WRITE_THREADS,
         )
 
     def required_position(self, device: Device, token: str | None) -> int:

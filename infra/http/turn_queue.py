@@ -30,7 +30,7 @@ import asyncio
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from turnledger.domain.application import Conversations
 from turnledger.domain.results import TurnReceipt, TurnRequest
@@ -59,7 +59,6 @@ class TurnWriteQueue:
         reads: ReadRouter,
         executor: Callable[[], Executor],
         *,
-        groups_in_flight: int = 1,
         max_group: int = 64,
     ) -> None:
         """`max_group` is the group committer's own batch limit."""
@@ -67,10 +66,9 @@ class TurnWriteQueue:
         self._ledger = ledger
         self._reads = reads
         self._executor = executor
-        self._groups_in_flight = groups_in_flight
         self._max_group = max_group
         self._queued: list[_Queued] = []
-        self._in_flight = 0
+        self._writing = False
 
     async def write(self, token: str | None, request_for: RequestFor) -> Written:
         """Authenticate `token` and write the turn `request_for` makes for
@@ -82,16 +80,15 @@ class TurnWriteQueue:
         return await future
 
     def _dispatch(self, loop: asyncio.AbstractEventLoop) -> None:
-        while self._queued and self._in_flight < self._groups_in_flight:
+        while self._queued and not self._writing:
             group = self._queued[: self._max_group]
             del self._queued[: self._max_group]
-            self._in_flight += 1
             try:
                 written = loop.run_in_executor(self._executor(), self._write, group)
             except RuntimeError as error:  # the pool is shut down: stopping
-                self._in_flight -= 1
                 _settle(group, error)
                 continue
+            self._writing = True
             written.add_done_callback(
                 lambda done, group=group: self._finished(loop, group, done)
             )
@@ -102,7 +99,7 @@ class TurnWriteQueue:
         group: list[_Queued],
         done: asyncio.Future[list[Written | Exception]],
     ) -> None:
-        self._in_flight -= 1
+        self._writing = False
         if done.cancelled():
             _settle(group, asyncio.CancelledError())
         elif (error := done.exception()) is not None:
@@ -115,30 +112,32 @@ class TurnWriteQueue:
     def _write(self, group: Sequence[_Queued]) -> list[Written | Exception]:
         """On a pool thread: the group's tokens, then its turns."""
         devices = self._registry.authenticate_many([q.token for q in group])
-        outcomes: list[Written | Exception | Device] = []
-        requests: list[TurnRequest] = []
-        places: list[int] = []
-        for queued, device in zip(group, devices, strict=True):
+        outcomes: list[Written | Exception | None] = [None] * len(group)
+        writes: list[tuple[int, Device, TurnRequest]] = []
+        for index, (queued, device) in enumerate(zip(group, devices, strict=True)):
             if isinstance(device, Exception):
-                outcomes.append(device)
+                outcomes[index] = device
                 continue
             try:
-                requests.append(queued.request_for(device))
+                writes.append((index, device, queued.request_for(device)))
             except Exception as error:  # malformed parts: this request's error
-                outcomes.append(error)
-                continue
-            places.append(len(outcomes))
-            outcomes.append(device)
-        receipts = self._ledger.record_turns(requests) if requests else []
+                outcomes[index] = error
+        receipts = (
+            self._ledger.record_turns([request for _, _, request in writes])
+            if writes
+            else []
+        )
         at = self._reads.primary_position()
-        for place, receipt in zip(places, receipts, strict=True):
-            device = outcomes[place]
-            assert isinstance(device, Device)
-            outcomes[place] = (
+        for (index, device, _), receipt in zip(writes, receipts, strict=True):
+            outcomes[index] = (
                 receipt if isinstance(receipt, Exception) else (device, receipt, at)
             )
-        assert not any(isinstance(outcome, Device) for outcome in outcomes)
-        return outcomes  # type: ignore[return-value]
+        return _filled(outcomes)
+
+
+def _filled(outcomes: list[Written | Exception | None]) -> list[Written | Exception]:
+    assert all(outcome is not None for outcome in outcomes)
+    return cast(list[Written | Exception], outcomes)
 
 
 def _settle(group: Sequence[_Queued], outcome: Any) -> None:
