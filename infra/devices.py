@@ -405,9 +405,16 @@ class PostgresDeviceStore:
             # statement, or in a transaction of its own (mark_revoked).
             kwargs={"autocommit": True},
         )
-        self._find_by_digests = sql.SQL(
-            "SELECT " + _COLUMNS + ", token_digest FROM {} WHERE token_digest = ANY(%s)"
-        ).format(self._table)
+        # Rendered once: a Composed is rendered again at every execution,
+        # and every request runs this one.
+        self._find_by_digests = (
+            sql.SQL(
+                "SELECT " + _COLUMNS + ", token_digest FROM {} "
+                "WHERE token_digest = ANY(%s)"
+            )
+            .format(self._table)
+            .as_bytes(None)
+        )
         try:
             with self._connection() as connection:
                 connection.execute(
