@@ -45,6 +45,7 @@ import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -535,6 +536,63 @@ def drop_schema(conninfo: str, schema: str) -> None:
         )
 
 
+@dataclass(frozen=True)
+class ThroughputRound:
+    turns_per_second: float
+    raw_rows_per_second: float
+    service_cpu_per_request: float
+    client_cpu_per_request: float
+
+    @property
+    def ratio(self) -> float:
+        return self.turns_per_second / self.raw_rows_per_second
+
+
+def throughput_rounds(
+    process: subprocess.Popen[bytes],
+    base_url: str,
+    tokens: list[str],
+    settings: Settings,
+    rounds: int,
+    turns_per_device: int,
+) -> list[ThroughputRound]:
+    """Rounds of turns/s over HTTP (own conversations), each followed by the
+    raw baseline, so that each ratio compares two runs of the same minute
+    (the machine's speed drifts within minutes)."""
+    conninfo, schema = settings.postgres_conninfo(), settings.postgres_schema
+    rows = DEVICES * turns_per_device
+    measured = []
+    for _ in range(rounds):
+        before, client_before = cpu_seconds(process.pid), time.process_time()
+        own = measure_turns_per_second(base_url, tokens, turns_per_device, shared=False)
+        requests = rows + DEVICES  # and each device's first write (its start)
+        measured.append(
+            ThroughputRound(
+                turns_per_second=own,
+                service_cpu_per_request=(cpu_seconds(process.pid) - before) / requests,
+                client_cpu_per_request=(time.process_time() - client_before) / requests,
+                raw_rows_per_second=raw_inserts_per_second(
+                    conninfo, schema, rows, DEVICES
+                ),
+            )
+        )
+    return measured
+
+
+def print_rounds(measured: list[ThroughputRound]) -> float:
+    """Print each round; return the median ratio."""
+    for number, each in enumerate(measured, 1):
+        print(
+            f"  round {number}: {each.turns_per_second:6.0f} turns/s, raw "
+            f"{each.raw_rows_per_second:6.0f} rows/s, ratio {each.ratio:.2f}; "
+            f"CPU per request: service {each.service_cpu_per_request * 1000:.2f} "
+            f"ms, client {each.client_cpu_per_request * 1000:.2f} ms"
+        )
+    median = statistics.median(each.ratio for each in measured)
+    print(f"  median ratio {median:.2f} (target >= 0.25)")
+    return median
+
+
 def throughput_only(
     process: subprocess.Popen[bytes],
     base_url: str,
@@ -542,33 +600,25 @@ def throughput_only(
     settings: Settings,
     arguments: argparse.Namespace,
 ) -> int:
-    """`--throughput-only`: rounds of turns/s over HTTP, each followed by the
-    raw baseline, with the service's CPU per request (the part the service
-    controls: the throughput also depends on what else runs on the machine)."""
-    conninfo, schema = settings.postgres_conninfo(), settings.postgres_schema
-    rows = DEVICES * arguments.turns_per_device
+    """`--throughput-only`: the throughput rounds alone, with the service's
+    CPU per request (the part the service controls: the throughput also
+    depends on what else runs on the machine)."""
     measure_turns_per_second(base_url, tokens, 20, shared=False)  # warm-up
     print(
         f"confirmed turns/s, {DEVICES} devices x {arguments.turns_per_device} "
-        f"turns, own conversations, then raw INSERT+COMMIT of {rows} rows from "
-        f"{DEVICES} connections"
+        f"turns, own conversations, then raw INSERT+COMMIT of "
+        f"{DEVICES * arguments.turns_per_device} rows from {DEVICES} connections"
     )
-    ratios = []
-    for round_ in range(arguments.rounds):
-        before, client_before = cpu_seconds(process.pid), time.process_time()
-        own = measure_turns_per_second(
-            base_url, tokens, arguments.turns_per_device, shared=False
+    print_rounds(
+        throughput_rounds(
+            process,
+            base_url,
+            tokens,
+            settings,
+            arguments.rounds,
+            arguments.turns_per_device,
         )
-        per_request = (cpu_seconds(process.pid) - before) / (rows + DEVICES)
-        client = (time.process_time() - client_before) / (rows + DEVICES)
-        raw = raw_inserts_per_second(conninfo, schema, rows, DEVICES)
-        ratios.append(own / raw)
-        print(
-            f"  round {round_ + 1}: {own:6.0f} turns/s, raw {raw:6.0f} rows/s, "
-            f"ratio {own / raw:.2f}; CPU per request: service "
-            f"{per_request * 1000:.2f} ms, client {client * 1000:.2f} ms"
-        )
-    print(f"  median ratio {statistics.median(ratios):.2f} (target >= 0.25)")
+    )
     return 0
 
 
@@ -583,7 +633,10 @@ def main() -> int:
     parser.add_argument("--window-seconds", type=float, default=10.0)
     parser.add_argument("--window-turns", type=int, default=40)
     parser.add_argument(
-        "--rounds", type=int, default=3, help="rounds of --throughput-only"
+        "--rounds",
+        type=int,
+        default=3,
+        help="throughput rounds (each with its raw baseline)",
     )
     parser.add_argument(
         "--no-replica", action="store_true", help="skip the replica comparison"
@@ -662,12 +715,13 @@ def main() -> int:
             each.terminate()
             each.wait(timeout=60)
         with ConnectionPeak(process.pid, settings.postgres_port) as connections:
-            cpu_before = cpu_seconds(process.pid)
-            own = measure_turns_per_second(
-                base_url, tokens, arguments.turns_per_device, shared=False
-            )
-            own_cpu = (cpu_seconds(process.pid) - cpu_before) / (
-                DEVICES * (arguments.turns_per_device + 1)
+            rounds = throughput_rounds(
+                process,
+                base_url,
+                tokens,
+                settings,
+                arguments.rounds,
+                arguments.turns_per_device,
             )
         shared = measure_turns_per_second(
             base_url, tokens, arguments.turns_per_device, shared=True
@@ -730,24 +784,22 @@ def main() -> int:
     spread = max(mean.values()) / min(mean.values())
     print(f"  max/min {spread:.2f} (target: within 1.2)")
     print(
-        f"\nconfirmed turns/s, {DEVICES} devices x {arguments.turns_per_device} turns"
-    )
-    print(
-        f"  own conversation each        {own:8.0f} turns/s   (the service held at "
-        f"most {connections.peak} connections to PostgreSQL, pool size "
+        f"\nconfirmed turns/s, {DEVICES} devices x {arguments.turns_per_device} turns,"
+        f" own conversation each, each round followed by raw INSERT+COMMIT of "
+        f"{rows} rows from {DEVICES} connections (the service held at most "
+        f"{connections.peak} connections to PostgreSQL, pool size "
         f"{settings.postgres_pool_size})"
     )
-    print(
-        f"  (service CPU per request of the own-conversation run: "
-        f"{own_cpu * 1000:.2f} ms)"
-    )
+    print_rounds(rounds)
     print(f"  one shared conversation      {shared:8.0f} turns/s")
-    print(f"raw INSERT+COMMIT via psycopg, {rows} rows")
+    print(f"raw INSERT+COMMIT via psycopg, {rows} rows, after the rounds")
     print(f"  1 connection                 {raw_one:8.0f} rows/s")
     print(f"  {DEVICES} connections                {raw_eight:8.0f} rows/s")
+    own = statistics.median(each.turns_per_second for each in rounds)
     print(
-        f"ratio turns/s / raw rows/s ({DEVICES} conns): own {own / raw_eight:.2f}, "
-        f"shared {shared / raw_eight:.2f}; vs 1 conn: own {own / raw_one:.2f}"
+        f"ratio turns/s / raw rows/s after the rounds ({DEVICES} conns): "
+        f"own (median of the rounds) {own / raw_eight:.2f}, shared "
+        f"{shared / raw_eight:.2f}; vs 1 conn: own {own / raw_one:.2f}"
     )
     if not arguments.no_replica:
         print(
