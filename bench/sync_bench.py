@@ -553,16 +553,17 @@ def throughput_rounds(
     base_url: str,
     tokens: list[str],
     settings: Settings,
-    rounds: int,
-    turns_per_device: int,
+    arguments: argparse.Namespace,
 ) -> list[ThroughputRound]:
     """Rounds of turns/s over HTTP (own conversations), each followed by the
     raw baseline, so that each ratio compares two runs of the same minute
-    (the machine's speed drifts within minutes)."""
+    (the machine's speed drifts within minutes): `arguments.rounds` of
+    `arguments.turns_per_device` turns a device."""
     conninfo, schema = settings.postgres_conninfo(), settings.postgres_schema
+    turns_per_device = arguments.turns_per_device
     rows = DEVICES * turns_per_device
     measured = []
-    for _ in range(rounds):
+    for _ in range(arguments.rounds):
         before, client_before = cpu_seconds(process.pid), time.process_time()
         own = measure_turns_per_second(base_url, tokens, turns_per_device, shared=False)
         requests = rows + DEVICES  # and each device's first write (its start)
@@ -609,16 +610,7 @@ def throughput_only(
         f"turns, own conversations, then raw INSERT+COMMIT of "
         f"{DEVICES * arguments.turns_per_device} rows from {DEVICES} connections"
     )
-    print_rounds(
-        throughput_rounds(
-            process,
-            base_url,
-            tokens,
-            settings,
-            arguments.rounds,
-            arguments.turns_per_device,
-        )
-    )
+    print_rounds(throughput_rounds(process, base_url, tokens, settings, arguments))
     return 0
 
 
@@ -715,14 +707,7 @@ def main() -> int:
             each.terminate()
             each.wait(timeout=60)
         with ConnectionPeak(process.pid, settings.postgres_port) as connections:
-            rounds = throughput_rounds(
-                process,
-                base_url,
-                tokens,
-                settings,
-                arguments.rounds,
-                arguments.turns_per_device,
-            )
+            rounds = throughput_rounds(process, base_url, tokens, settings, arguments)
         shared = measure_turns_per_second(
             base_url, tokens, arguments.turns_per_device, shared=True
         )
