@@ -580,8 +580,8 @@ def throughput_rounds(
     return measured
 
 
-def print_rounds(measured: list[ThroughputRound]) -> float:
-    """Print each round; return the median ratio."""
+def print_rounds(measured: list[ThroughputRound]) -> None:
+    """Print each round and the median ratio."""
     for number, each in enumerate(measured, 1):
         print(
             f"  round {number}: {each.turns_per_second:6.0f} turns/s, raw "
@@ -591,7 +591,6 @@ def print_rounds(measured: list[ThroughputRound]) -> float:
         )
     median = statistics.median(each.ratio for each in measured)
     print(f"  median ratio {median:.2f} (target >= 0.25)")
-    return median
 
 
 def throughput_only(
