@@ -14,6 +14,7 @@ the turns they return (projections/queries.py), never an aggregate.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any, cast
 from uuid import UUID, uuid4
 
@@ -161,6 +162,12 @@ class Conversations(Application[UUID]):
         if hasattr(self, "queries"):
             self.queries.vault = vault
 
+    @property
+    def checks_credentials(self) -> bool:
+        """Whether the store checks each write's `TurnRequest.credential` in
+        the write's own transaction (PostgreSQL's does; see its recorder)."""
+        return bool(getattr(self.recorder, "checks_credentials", False))
+
     # Persistence hooks ----------------------------------------------------------
 
     def construct_mapper(self) -> Mapper[UUID]:
@@ -220,6 +227,8 @@ class Conversations(Application[UUID]):
             }
             if batch.keys:
                 kwargs["new_keys"] = tuple(batch.keys)
+            if batch.credentials:  # only on stores that check them (_request_write)
+                kwargs["credentials"] = tuple(sorted(batch.credentials))
         recordings = self.events.put(events, **kwargs)
         for originator_id, (version, digest) in heads.items():
             self._recent_digests.put(originator_id, version, digest)
@@ -356,6 +365,16 @@ class Conversations(Application[UUID]):
         return cast(list[TurnReceipt | Exception], outcomes)
 
     def _request_write(self, request: TurnRequest) -> Write:
+        write = self._uncredentialed_write(request)
+        if request.credential is None:
+            return write
+        if not self.checks_credentials:
+            raise InvalidInputError(
+                "credential", "this ledger's store does not check credentials"
+            )
+        return replace(write, credential=request.credential)
+
+    def _uncredentialed_write(self, request: TurnRequest) -> Write:
         if not isinstance(request, TurnRequest):
             raise InvalidInputError("requests", "expected TurnRequest items")
         if request.status == TurnStatus.CONFIRMED:

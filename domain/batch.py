@@ -25,6 +25,7 @@ from eventsourcing.utils import get_topic
 from turnledger.domain.conversation import Conversation, TurnSizes, TurnStatus
 from turnledger.domain.errors import (
     ConversationNotFoundError,
+    CredentialRevokedError,
     ReadSideMismatchError,
     TurnLedgerError,
     VersionConflictError,
@@ -57,6 +58,8 @@ class Write:
     # unique key refuses the save and the write is redone with fresh facts.
     # Other writes (deletions, folds) always read the facts first.
     optimistic: bool = False
+    # Checked by the store in the write's transaction (TurnRequest.credential).
+    credential: str | None = None
 
 
 @dataclass
@@ -73,6 +76,8 @@ class Batch:
     aggregates: dict[UUID, Conversation] = field(default_factory=dict)
     # The conversations' rows as the save writes them (set when recording).
     new_heads: dict[UUID, ConversationRow] = field(default_factory=dict)
+    # The credentials of the writes saved: all must still be valid.
+    credentials: set[str] = field(default_factory=set)
 
     def turn(self, conversation_id: UUID, turn_id: str) -> TurnRow | None:
         return self.turns.get(conversation_id, {}).get(turn_id)
@@ -110,12 +115,17 @@ class BatchWriter:
             return
         try:
             done = self._try_batch(pending)
-        except IntegrityError:
+        except (IntegrityError, CredentialRevokedError):
             # Another process wrote one of these conversations meanwhile (or a
-            # row broke a unique key): take them one by one, each reloaded.
+            # row broke a unique key), or a writer's credential was revoked:
+            # take them one by one, each reloaded; a revoked credential then
+            # refuses its own write alone.
             for request in pending:
                 if not request.finished:
-                    self._commit_alone(request)
+                    try:
+                        self._commit_alone(request)
+                    except CredentialRevokedError as error:
+                        request.fail(error)
             return
         for request, result in done:
             request.succeed(result)
@@ -162,6 +172,9 @@ class BatchWriter:
                 done.append((request, write.run(conversation, batch)))
             except TurnLedgerError as error:
                 request.fail(error)
+                continue
+            if write.credential is not None:
+                batch.credentials.add(write.credential)
         to_save = [a for a in batch.aggregates.values() if a.pending_events]
         if to_save:
             try:

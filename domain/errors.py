@@ -146,6 +146,16 @@ class UnauthenticatedError(TurnLedgerError):
         super().__init__(f"not authenticated: {reason}")
 
 
+class CredentialRevokedError(UnauthenticatedError):
+    """Raised for writes whose credentials (`TurnRequest.credential`) the
+    store found not all valid in their own transaction (a device revoked since
+    its token was checked); nothing of that transaction is stored."""
+
+    def __init__(self, credentials: tuple[str, ...]) -> None:
+        self.credentials = credentials
+        super().__init__("this device token has been revoked")
+
+
 class FoldConflictError(TurnLedgerError):
     """Raised when a fold id is taken or a new fold would cover fewer turns."""
 

@@ -43,6 +43,10 @@ class TurnRequest:
     answer: str | None = None
     parts: TurnParts | None = None
     expected_version: int | None = None
+    # The id of the writer's credential (the HTTP service: its device), which
+    # the store checks is still valid in the transaction that writes the
+    # turn; None: no check. Only for ledgers whose store `checks_credentials`.
+    credential: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,7 +35,7 @@ from turnledger.domain.errors import (
 )
 from turnledger.domain.text import check_identifier, check_text
 from turnledger.infra.pool_check import check_unless_quiet
-from turnledger.infra.postgres import ensure_schema
+from turnledger.infra.postgres import DEVICE_TABLE, ensure_schema
 from turnledger.infra.settings import Settings
 
 TOKEN_PREFIX = "tl1_"
@@ -388,7 +388,7 @@ class PostgresDeviceStore:
         pool_size: int = 4,
         pool_timeout: float = 1.0,
     ) -> None:
-        self._table = sql.Identifier(schema, "devices")
+        self._table = sql.Identifier(schema, DEVICE_TABLE)
         # NOTIFYed with the user id in the transaction that revokes a device.
         self.revocation_channel = f"{schema}_devices"[:63]
         self._pool = ConnectionPool(

@@ -28,7 +28,11 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import DictRow
 from psycopg_pool import ConnectionPool
 
-from turnledger.domain.errors import TurnDeletedError
+from turnledger.domain.errors import (
+    CredentialRevokedError,
+    InvalidInputError,
+    TurnDeletedError,
+)
 from turnledger.domain.ports import NewKey
 from turnledger.infra.compaction import (
     DEFAULT_CHECKPOINT_WAIT_SECONDS,
@@ -417,7 +421,11 @@ _HEADS_UPSERT = (
 )
 # Named with a version: a later release that changes what a batch writes adds
 # a new function instead of changing this one under processes still using it.
-_WRITE_FUNCTION = "turnledger_write_batch_v2"
+_WRITE_FUNCTION = "turnledger_write_batch_v3"
+# The device store's table (infra/devices.py), in the ledger's schema: a write
+# with credentials is refused unless each names a device there not revoked.
+DEVICE_TABLE = "devices"
+_CREDENTIAL_REVOKED = "turnledger: a writer's credential is no longer valid"
 # PostgreSQL refuses a NOTIFY payload of 8,000 bytes or more.
 _MAX_WAKE_PAYLOAD = 7_999
 # Where a batch's inserts take their rows: keys, turns, heads, events.
@@ -511,6 +519,10 @@ class PostgresReadSideRecorder(PostgresApplicationRecorder):
     """The library's PostgreSQL recorder, writing the read side and the new
     turns' keys in the events' own transaction."""
 
+    # Writes with credentials (device ids) are refused, in their own
+    # transaction, unless each is a device of the schema not revoked.
+    checks_credentials = True
+
     def __init__(self, datastore: PostgresDatastore, **kwargs: Any) -> None:
         super().__init__(datastore, **kwargs)
         # The library names the channel after the table alone, so every store
@@ -532,7 +544,8 @@ class PostgresReadSideRecorder(PostgresApplicationRecorder):
         self._write_function = sql.Identifier(datastore.schema, _WRITE_FUNCTION)
         self._call_write_function = (
             sql.SQL(
-                "SELECT notification_id FROM {}(%s, %s, %s, %b, %b, %b, %b, %s, %s) "
+                "SELECT notification_id FROM "
+                "{}(%s, %s, %s, %b, %b, %b, %b, %s, %s, %s) "
                 "AS notification_id"
             )
             .format(self._write_function)
@@ -611,8 +624,14 @@ class PostgresReadSideRecorder(PostgresApplicationRecorder):
         return sql.SQL(
             "CREATE OR REPLACE FUNCTION {function}(key_rows json, turn_rows json,"
             " head_rows json, ids uuid[], versions bigint[], topics text[],"
-            " states bytea[], lock_wait text, wake text) RETURNS SETOF bigint"
-            " LANGUAGE plpgsql AS $body$ BEGIN"
+            " states bytea[], lock_wait text, wake text, credentials text[])"
+            " RETURNS SETOF bigint LANGUAGE plpgsql AS $body$ BEGIN"
+            # Nested: PL/pgSQL plans the inner query only when it first runs,
+            # so ledgers without a device table never reference one.
+            " IF credentials IS NOT NULL THEN"
+            " IF {credentials_valid} < cardinality(credentials) THEN"
+            " RAISE EXCEPTION USING MESSAGE = {revoked};"
+            " END IF; END IF;"
             " PERFORM set_config('lock_timeout', lock_wait, true);"
             " LOCK TABLE {events} IN EXCLUSIVE MODE;"
             " PERFORM pg_notify({channel}, wake);"
@@ -620,10 +639,27 @@ class PostgresReadSideRecorder(PostgresApplicationRecorder):
             " END $body$"
         ).format(
             function=self._write_function,
+            credentials_valid=self._credentials_valid("credentials"),
+            revoked=sql.Literal(_CREDENTIAL_REVOKED),
             events=sql.Identifier(self.datastore.schema, self.events_table_name),
             channel=sql.Literal(self.channel_name),
             statement=in_one_statement(inserts),
         )
+
+    def _credentials_valid(self, credentials: str) -> sql.Composed:
+        """How many of the device ids in `credentials` are devices not revoked."""
+        return sql.SQL(
+            "(SELECT count(*) FROM {} WHERE device_id = ANY({}) AND revoked_at IS NULL)"
+        ).format(self._table(DEVICE_TABLE), sql.SQL(credentials))
+
+    def _check_credentials(
+        self, curs: psycopg.Cursor[DictRow], credentials: Sequence[str]
+    ) -> None:
+        """In the transaction of `curs`: refuse unless every one is valid."""
+        query = sql.SQL("SELECT {} AS valid").format(self._credentials_valid("%s"))
+        row = curs.execute(query, (list(credentials),)).fetchone()
+        if row is None or row["valid"] < len(credentials):
+            raise CredentialRevokedError(tuple(credentials))
 
     def _table(self, name: str) -> sql.Composed:
         return sql.SQL("{}.{}").format(self._schema, sql.Identifier(name))
@@ -691,11 +727,19 @@ class PostgresReadSideRecorder(PostgresApplicationRecorder):
         """
         changes: RowChanges = kwargs.get("read_side") or RowChanges()
         new_keys: Sequence[NewKey] = kwargs.get("new_keys", ())
+        credentials: Sequence[str] = kwargs.get("credentials", ())
         key_rows = [(k.conversation_id, k.key_id, k.wrapped) for k in new_keys]
         row_sets = self._row_sets(changes, key_rows)
         if not stored_events or any(
             len(rows) > _ROWS_PER_STATEMENT for rows in (*row_sets, stored_events)
         ):
+            if credentials:
+                # Turn writes with credentials come in groups of at most 64
+                # requests, far below these sizes; a caller that still gets
+                # here is refused rather than written unchecked.
+                raise InvalidInputError(
+                    "credentials", "a batch this large is not checked in one statement"
+                )
             return super().insert_events(stored_events, **kwargs)
         parameters: list[Any] = [
             json_rows(columns, rows)
@@ -715,11 +759,20 @@ class PostgresReadSideRecorder(PostgresApplicationRecorder):
             if not changes_rows:
                 if new_keys:
                     self._quiet_session(conn)
-                parameters.extend([f"{self.datastore.lock_timeout}s", wake])
-                curs.execute(self._call_write_function, parameters)
+                parameters.extend(
+                    [f"{self.datastore.lock_timeout}s", wake, list(credentials) or None]
+                )
+                try:
+                    curs.execute(self._call_write_function, parameters)
+                except psycopg.errors.RaiseException as error:
+                    if error.diag.message_primary == _CREDENTIAL_REVOKED:
+                        raise CredentialRevokedError(tuple(credentials)) from None
+                    raise
                 return [row["notification_id"] for row in curs.fetchall()]
             try:
                 curs.execute(self._begin_and_lock(wake))
+                if credentials:
+                    self._check_credentials(curs, credentials)
                 curs.execute(self._insert_rows_and_events, parameters)
                 notification_ids = [row["notification_id"] for row in curs.fetchall()]
                 self._write_changed_rows(curs, changes)

@@ -264,11 +264,15 @@ def _exercise_outage(cluster: PrivateCluster, server: Server, token: str) -> Non
                     },
                 )
                 assert again.status_code == 200, again.text
-        history = writer.http.get(
-            f"/v1/conversations/{writer.conversation}/turns",
-            params={"limit": 500},
-        ).json()
-        recorded = [item["turn_id"] for item in history["items"]]
+        recorded: list[str] = []
+        offset: int | None = 0
+        while offset is not None:  # every page: a fast writer passes 500 turns
+            page = writer.http.get(
+                f"/v1/conversations/{writer.conversation}/turns",
+                params={"offset": offset, "limit": 500},
+            ).json()
+            recorded.extend(item["turn_id"] for item in page["items"])
+            offset = page["next_offset"]
         assert len(recorded) == len(set(recorded))
         assert set(recorded) == {a.turn_id for a in writer.attempts}
         writer.http.close()

@@ -48,7 +48,7 @@ def test_a_connection_the_server_ended_is_replaced_before_a_write_uses_it(
             )
         # Sent on the dead connection, a write would fail and be sent again
         # by the library's retry on another: more calls than writes.
-        calls = [s for s in statements if "turnledger_write_batch_v2" in s]
+        calls = [s for s in statements if "turnledger_write_batch_v3" in s]
         assert len(calls) == writes, statements
         history = ledger.get_history("alice", conversation_id)
         assert [item.turn_id for item in history.items] == [

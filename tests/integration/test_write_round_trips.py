@@ -45,7 +45,7 @@ def test_a_new_turn_is_written_in_one_statement(
         "alice", conversation_id, turn_id="t1", question="q1", answer="a1"
     )
     assert len(statements) == 1, statements
-    assert "turnledger_write_batch_v2" in statements[0]
+    assert "turnledger_write_batch_v3" in statements[0]
     assert ledger.get_conversation("alice", conversation_id).turn_count == 2
 
 
@@ -56,5 +56,5 @@ def test_a_deletion_takes_the_transaction_of_several_messages(
     statements.clear()
     ledger.delete_history("alice", conversation_id, turn_ids=["t0"])
     assert any(text.startswith("BEGIN") for text in statements), statements
-    assert not any("turnledger_write_batch_v2" in text for text in statements)
+    assert not any("turnledger_write_batch_v3" in text for text in statements)
     assert ledger.get_history("alice", conversation_id).items[0].deleted
