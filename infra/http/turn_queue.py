@@ -5,13 +5,16 @@ Each turn write used to take its own worker thread: a hop from the event
 loop, its own token lookup, its own call into the group committer, a wake-up
 when its batch had committed and a hop back. Under load that was about 27
 context switches a request, and a third of the service's CPU time was the
-kernel's. Here requests queue on the event loop; whenever no group is being
-written, the queue is handed to a pool thread as one group, which looks up
-every token of the group at once (`DeviceRegistry.authenticate_many`) and
-writes every authenticated turn with one `Conversations.record_turns` call
-(shared transactions, each turn refused or recorded on its own). A lone
-request is sent at once, as before: a group forms only from requests that
-arrive while another group is being written.
+kernel's. Here requests queue as the event loop receives them; the write
+thread takes the whole queue as one group, looks up every token of the
+group at once (`DeviceRegistry.authenticate_many`) and writes every
+authenticated turn with one `Conversations.record_turns` call (shared
+transactions, each turn refused or recorded on its own), hands the outcomes
+back to the event loop and takes the queue again, until it finds it empty.
+A lone request is sent at once, as before: a group forms only from requests
+that arrive while another group is being written. The thread takes the next
+group itself rather than waiting for the event loop to hand it over: that
+hand-over was a fifth of each group's cycle (docs/benchmarks.md, issue 12).
 
 One group at a time, not two: with a second slot, a request arriving while
 a group was being written went on alone, as a transaction of its own, and
@@ -38,6 +41,7 @@ the lookup's CPU on every group (docs/benchmarks.md, issue 12).
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
@@ -83,9 +87,10 @@ class TurnWriteQueue:
         self._reads = reads
         self._executor = executor
         self._max_group = max_group
-        self._queued: list[_Queued] = []
-        self._writing = False
-        # Only the one thread writing a group touches this (see _dispatch).
+        self._lock = threading.Lock()
+        self._queued: list[_Queued] = []  # under the lock
+        self._writing = False  # under the lock: a writer is draining the queue
+        # Only the one thread draining the queue touches this.
         self._known: OrderedDict[bytes, Device] = OrderedDict()
 
     async def write(self, token: str | None, request_for: RequestFor) -> Written:
@@ -93,39 +98,41 @@ class TurnWriteQueue:
         its device; raises what refused it. Call from the event loop."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Written] = loop.create_future()
-        self._queued.append(_Queued(token, request_for, future))
-        self._dispatch(loop)
+        with self._lock:
+            self._queued.append(_Queued(token, request_for, future))
+            start = not self._writing
+            self._writing = True
+        if start:
+            try:
+                self._executor().submit(self._drain, loop)
+            except RuntimeError as error:  # the pool is shut down: stopping
+                with self._lock:
+                    group, self._queued, self._writing = self._queued, [], False
+                _settle(group, error)
         return await future
 
-    def _dispatch(self, loop: asyncio.AbstractEventLoop) -> None:
-        while self._queued and not self._writing:
-            group = self._queued[: self._max_group]
-            del self._queued[: self._max_group]
+    def _drain(self, loop: asyncio.AbstractEventLoop) -> None:
+        """On a pool thread: write groups until the queue is empty, each
+        group's outcomes handed to the event loop as soon as it is written."""
+        while True:
+            with self._lock:
+                group = self._queued[: self._max_group]
+                del self._queued[: self._max_group]
+                if not group:
+                    self._writing = False
+                    return
+            outcomes: list[Written | Exception] | Exception
             try:
-                written = loop.run_in_executor(self._executor(), self._write, group)
-            except RuntimeError as error:  # the pool is shut down: stopping
-                _settle(group, error)
-                continue
-            self._writing = True
-            written.add_done_callback(
-                lambda done, group=group: self._finished(loop, group, done)
-            )
-
-    def _finished(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        group: list[_Queued],
-        done: asyncio.Future[list[Written | Exception]],
-    ) -> None:
-        self._writing = False
-        if done.cancelled():
-            _settle(group, asyncio.CancelledError())
-        elif (error := done.exception()) is not None:
-            _settle(group, error)
-        else:
-            for queued, outcome in zip(group, done.result(), strict=True):
-                _settle([queued], outcome)
-        self._dispatch(loop)
+                outcomes = self._write(group)
+            except Exception as error:  # the whole group's: the database is down
+                outcomes = error
+            try:
+                loop.call_soon_threadsafe(_deliver, group, outcomes)
+            except RuntimeError:  # the loop is closed: nobody waits any more
+                with self._lock:
+                    self._queued.clear()
+                    self._writing = False
+                return
 
     def _write(self, group: Sequence[_Queued]) -> list[Written | Exception]:
         """On a pool thread: the group's tokens, then its turns."""
@@ -189,6 +196,17 @@ class TurnWriteQueue:
                     if len(self._known) > KEPT_DEVICES:
                         self._known.popitem(last=False)
         return [device for device in devices if device is not None]
+
+
+def _deliver(
+    group: Sequence[_Queued], outcomes: list[Written | Exception] | Exception
+) -> None:
+    """On the event loop: each request's outcome, or the group's error."""
+    if isinstance(outcomes, Exception):
+        _settle(group, outcomes)
+        return
+    for queued, outcome in zip(group, outcomes, strict=True):
+        _settle([queued], outcome)
 
 
 def _filled(outcomes: list[Written | Exception | None]) -> list[Written | Exception]:
