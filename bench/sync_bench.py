@@ -15,8 +15,8 @@ then measures, with real HTTP clients:
 3. the baseline, in the same run: single-row INSERT + COMMIT through psycopg
    on the same database, from one connection and from 8 at once;
 4. CPU per write: the service process's CPU time (/proc) over a run of writes
-   with 0, 100 and 1,000 idle long-polls of other users open, as ratios to the
-   run with none;
+   with 0, 100 and 1,000 idle long-polls of other users open, each count run
+   three times, as ratios of the medians to the median with none;
 5. paced writes: one device writing at 30 turns/s (a new request every 1/30 s,
    whatever the last one took), the latency of each;
 6. reads on a replica: a private PostgreSQL primary and a streaming replica
@@ -618,7 +618,7 @@ def main() -> int:
     parser.add_argument("--writes", type=int, default=1000)
     parser.add_argument("--turns-per-device", type=int, default=200)
     parser.add_argument("--server-workers", type=int, default=1)
-    parser.add_argument("--cpu-writes", type=int, default=500)
+    parser.add_argument("--cpu-writes", type=int, default=1000)
     parser.add_argument("--idle-long-polls", default="0,100,1000")
     parser.add_argument("--paced-seconds", type=float, default=20.0)
     parser.add_argument("--window-seconds", type=float, default=10.0)
@@ -670,16 +670,22 @@ def main() -> int:
             drop_schema(conninfo, schema)
     try:
         cpu: dict[int, list[float]] = {}
-        cursors = head_cursors(base_url, idle_tokens)
         cpu_per_write(process, base_url, tokens[2], arguments.cpu_writes)  # warm-up
-        # Each count twice, in an order that cancels drift (0, 100, 1000, 1000,
-        # 100, 0); the mean of the two is reported. Long-polls are opened as
-        # the count rises and closed as it falls, all within their timeout.
+        # Each count three times, in an order that spreads drift over all of
+        # them (0, 100, 1000, 1000, 100, 0, 0, 100, 1000); the median of the
+        # three is reported, so one run the machine disturbed (a run here can
+        # take half as long again as the next one, at any count) does not
+        # decide. Long-polls are opened as the count rises and closed as it
+        # falls, all within their timeout.
         idle: list[socket.socket] = []
-        for count in [*idle_counts, *reversed(idle_counts)]:
+        for count in [*idle_counts, *reversed(idle_counts), *idle_counts]:
             if count > len(idle):
+                # At the head of the log as they open: a long-poll that came
+                # back with an old cursor would first read through every
+                # write made since (docs/sync.md, "Paging").
+                opened = idle_tokens[len(idle) : count]
                 idle += open_idle_long_polls(
-                    base_url, idle_tokens[len(idle) : count], cursors[len(idle) : count]
+                    base_url, opened, head_cursors(base_url, opened)
                 )
             while len(idle) > count:
                 idle.pop().close()
@@ -757,15 +763,18 @@ def main() -> int:
         f"(target p99 < 50 ms: "
         f"{'yes' if percentile(paced, 0.99) < 0.05 else 'NO'})"
     )
-    print(f"\nserver CPU per write, {arguments.cpu_writes} sequential writes")
-    mean = {count: statistics.mean(runs) for count, runs in cpu.items()}
-    for count, seconds in mean.items():
+    print(
+        f"\nserver CPU per write, {arguments.cpu_writes} sequential writes, "
+        "median of three runs"
+    )
+    median = {count: statistics.median(runs) for count, runs in cpu.items()}
+    for count, seconds in median.items():
         runs = ", ".join(f"{run * 1000:.2f}" for run in cpu[count])
         print(
             f"  {count:5d} idle long-polls of other users  {seconds * 1000:6.2f} ms"
-            f"   x{seconds / mean[idle_counts[0]]:.2f}   (runs: {runs} ms)"
+            f"   x{seconds / median[idle_counts[0]]:.2f}   (runs: {runs} ms)"
         )
-    spread = max(mean.values()) / min(mean.values())
+    spread = max(median.values()) / min(median.values())
     print(f"  max/min {spread:.2f} (target: within 1.2)")
     print(
         f"\nconfirmed turns/s, {DEVICES} devices x {arguments.turns_per_device} turns,"
