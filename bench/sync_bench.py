@@ -16,7 +16,7 @@ then measures, with real HTTP clients:
    on the same database, from one connection and from 8 at once;
 4. CPU per write: the service process's CPU time (/proc) over a run of writes
    with 0, 100 and 1,000 idle long-polls of other users open, each count run
-   three times, as ratios of the medians to the median with none;
+   six times, as ratios of the medians to the median with none;
 5. paced writes: one device writing at 30 turns/s (a new request every 1/30 s,
    whatever the last one took), the latency of each;
 6. reads on a replica: a private PostgreSQL primary and a streaming replica
@@ -618,7 +618,7 @@ def main() -> int:
     parser.add_argument("--writes", type=int, default=1000)
     parser.add_argument("--turns-per-device", type=int, default=200)
     parser.add_argument("--server-workers", type=int, default=1)
-    parser.add_argument("--cpu-writes", type=int, default=1000)
+    parser.add_argument("--cpu-writes", type=int, default=500)
     parser.add_argument("--idle-long-polls", default="0,100,1000")
     parser.add_argument("--paced-seconds", type=float, default=20.0)
     parser.add_argument("--window-seconds", type=float, default=10.0)
@@ -671,14 +671,14 @@ def main() -> int:
     try:
         cpu: dict[int, list[float]] = {}
         cpu_per_write(process, base_url, tokens[2], arguments.cpu_writes)  # warm-up
-        # Each count three times, in an order that spreads drift over all of
-        # them (0, 100, 1000, 1000, 100, 0, 0, 100, 1000); the median of the
-        # three is reported, so one run the machine disturbed (a run here can
-        # take half as long again as the next one, at any count) does not
-        # decide. Long-polls are opened as the count rises and closed as it
-        # falls, all within their timeout.
+        # Each count six times, in three rounds of an order that cancels a
+        # steady drift (0, 100, 1000, 1000, 100, 0); the median of the six is
+        # reported. The machine's speed here can change by half within a
+        # minute, at any count: with fewer, shorter-spread runs that drift,
+        # not the long-polls, decided the ratio. Long-polls are opened as
+        # the count rises and closed as it falls, all within their timeout.
         idle: list[socket.socket] = []
-        for count in [*idle_counts, *reversed(idle_counts), *idle_counts]:
+        for count in [*idle_counts, *reversed(idle_counts)] * 3:
             if count > len(idle):
                 # At the head of the log as they open: a long-poll that came
                 # back with an old cursor would first read through every
@@ -765,7 +765,7 @@ def main() -> int:
     )
     print(
         f"\nserver CPU per write, {arguments.cpu_writes} sequential writes, "
-        "median of three runs"
+        "median of six runs"
     )
     median = {count: statistics.median(runs) for count, runs in cpu.items()}
     for count, seconds in median.items():
