@@ -210,101 +210,93 @@ def test_stores_that_do_not_check_credentials_refuse_them(
         ledger.close()
 
 
-def test_the_service_writes_with_kept_devices_and_still_refuses_a_revoked_one(
-    postgres_settings: Settings, registry: DeviceRegistry
-) -> None:
-    """After a device's first write its token is not looked up again; once it
-    is revoked (by another process: nothing tells this one), its next write is
-    refused 401 by the write's transaction and nothing is stored."""
-    app = create_app(postgres_settings)
-    with TestClient(app) as client:
-        service = app.state.service
-        lookups: list[int] = []
-        authenticate_many = service.registry.authenticate_many
-
-        def counting(tokens: Any) -> Any:
-            lookups.append(len(tokens))
-            return authenticate_many(tokens)
-
-        service.registry.authenticate_many = counting
-        phone = registry.add("alice", "phone")
-        laptop = registry.add("alice", "laptop")
-        headers = {"Authorization": f"Bearer {phone.token}"}
-        other = {"Authorization": f"Bearer {laptop.token}"}
-        conversation = client.post("/v1/conversations", headers=headers).json()[
-            "conversation_id"
-        ]
-
-        def put(turn_id: str, auth: dict[str, str]) -> Any:
-            return client.put(
-                f"/v1/conversations/{conversation}/turns/{turn_id}",
-                headers=auth,
-                json={"question": "q", "answer": "a"},
-            )
-
-        assert put("t1", headers).status_code == 200
-        lookups.clear()
-        assert put("t2", headers).status_code == 200
-        assert put("t3", other).status_code == 200
-        assert lookups == [1]  # the laptop's first write only
-        registry.revoke(phone.device.device_id)  # this service is not told
-        rows = turn_rows(postgres_settings)
-        refused = put("t4", headers)
-        assert refused.status_code == 401, refused.text
-        assert refused.headers["www-authenticate"] == "Bearer"
-        assert "revoked" in refused.text
-        assert lookups == [1]  # refused by the write's transaction
-        assert turn_rows(postgres_settings) == rows
-        # Forgotten: the next attempt is looked up (and refused) again.
-        assert put("t5", headers).status_code == 401
-        assert lookups == [1, 1]
-        assert put("t6", other).status_code == 200
-        history = client.get(
-            f"/v1/conversations/{conversation}/turns", headers=other
-        ).json()
-        assert [item["turn_id"] for item in history["items"]] == [
-            "t1",
-            "t2",
-            "t3",
-            "t6",
-        ]
-
-
-def test_the_service_keeps_a_bounded_number_of_devices_least_recent_dropped(
+@pytest.fixture
+def service_lookups(
     postgres_settings: Settings,
-    registry: DeviceRegistry,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr("turnledger.infra.http.turn_queue.KEPT_DEVICES", 2)
+) -> Iterator[tuple[TestClient, list[str]]]:
+    """The service, and every token it looks up from now on, in order."""
     app = create_app(postgres_settings)
     with TestClient(app) as client:
-        service = app.state.service
+        registry = app.state.service.registry
         looked_up: list[str] = []
-        authenticate_many = service.registry.authenticate_many
+        authenticate_many = registry.authenticate_many
 
         def counting(tokens: Any) -> Any:
             looked_up.extend(tokens)
             return authenticate_many(tokens)
 
-        service.registry.authenticate_many = counting
-        tokens = [registry.add("alice", f"device {n}").token for n in range(3)]
-        conversation = client.post(
-            "/v1/conversations", headers={"Authorization": f"Bearer {tokens[0]}"}
-        ).json()["conversation_id"]
+        registry.authenticate_many = counting
+        yield client, looked_up
 
-        def put(token: str, turn_id: str) -> None:
-            response = client.put(
-                f"/v1/conversations/{conversation}/turns/{turn_id}",
-                headers={"Authorization": f"Bearer {token}"},
-                json={"question": "q", "answer": "a"},
-            )
-            assert response.status_code == 200, response.text
 
-        for n, token in enumerate(tokens):  # the third pushes out the first
-            put(token, f"first-{n}")
-        looked_up.clear()
-        put(tokens[1], "again-1")
-        put(tokens[2], "again-2")
-        assert looked_up == []
-        put(tokens[0], "again-0")
-        assert looked_up == [tokens[0]]
+def put_turn(client: TestClient, conversation: str, turn_id: str, token: str) -> Any:
+    return client.put(
+        f"/v1/conversations/{conversation}/turns/{turn_id}",
+        headers={"Authorization": f"Bearer {token}"},
+        json={"question": "q", "answer": "a"},
+    )
+
+
+def test_the_service_writes_with_kept_devices_and_still_refuses_a_revoked_one(
+    service_lookups: tuple[TestClient, list[str]],
+    postgres_settings: Settings,
+    registry: DeviceRegistry,
+) -> None:
+    """After a device's first write its token is not looked up again; once it
+    is revoked (through another registry, as by another process: what the
+    service kept is not told), its next write is refused 401 by the write's
+    transaction and nothing is stored."""
+    client, looked_up = service_lookups
+    phone = registry.add("alice", "phone")
+    laptop = registry.add("alice", "laptop")
+    conversation = client.post(
+        "/v1/conversations", headers={"Authorization": f"Bearer {phone.token}"}
+    ).json()["conversation_id"]
+    assert put_turn(client, conversation, "t1", phone.token).status_code == 200
+    looked_up.clear()
+    assert put_turn(client, conversation, "t2", phone.token).status_code == 200
+    assert put_turn(client, conversation, "t3", laptop.token).status_code == 200
+    assert looked_up == [laptop.token]  # its first write only
+    registry.revoke(phone.device.device_id)
+    rows = turn_rows(postgres_settings)
+    refused = put_turn(client, conversation, "t4", phone.token)
+    assert refused.status_code == 401, refused.text
+    assert refused.headers["www-authenticate"] == "Bearer"
+    assert "revoked" in refused.text
+    assert looked_up == [laptop.token]  # refused by the write's transaction
+    assert turn_rows(postgres_settings) == rows
+    # Forgotten: the next attempt is looked up (and refused) again.
+    assert put_turn(client, conversation, "t5", phone.token).status_code == 401
+    assert looked_up == [laptop.token, phone.token]
+    assert put_turn(client, conversation, "t6", laptop.token).status_code == 200
+    history = client.get(
+        f"/v1/conversations/{conversation}/turns",
+        headers={"Authorization": f"Bearer {laptop.token}"},
+    ).json()
+    assert [item["turn_id"] for item in history["items"]] == ["t1", "t2", "t3", "t6"]
+
+
+def test_the_service_keeps_a_bounded_number_of_devices_least_recent_dropped(
+    service_lookups: tuple[TestClient, list[str]],
+    registry: DeviceRegistry,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("turnledger.infra.http.turn_queue.KEPT_DEVICES", 2)
+    client, looked_up = service_lookups
+    tokens = [registry.add("alice", f"device {n}").token for n in range(3)]
+    conversation = client.post(
+        "/v1/conversations", headers={"Authorization": f"Bearer {tokens[0]}"}
+    ).json()["conversation_id"]
+
+    def put(token: str, turn_id: str) -> None:
+        response = put_turn(client, conversation, turn_id, token)
+        assert response.status_code == 200, response.text
+
+    for n, token in enumerate(tokens):  # the third pushes out the first
+        put(token, f"first-{n}")
+    looked_up.clear()
+    put(tokens[1], "again-1")
+    put(tokens[2], "again-2")
+    assert looked_up == []
+    put(tokens[0], "again-0")
+    assert looked_up == [tokens[0]]
