@@ -541,6 +541,11 @@ class PostgresReadSideRecorder(PostgresApplicationRecorder):
             [statement for statement, _ in inserts]
         ).as_bytes(None)
         self._begin: bytes | None = None
+        self._count_credentials = (
+            sql.SQL("SELECT {} AS valid")
+            .format(self._credentials_valid("%s"))
+            .as_bytes(None)
+        )
         self._write_function = sql.Identifier(datastore.schema, _WRITE_FUNCTION)
         self._call_write_function = (
             sql.SQL(
@@ -656,8 +661,7 @@ class PostgresReadSideRecorder(PostgresApplicationRecorder):
         self, curs: psycopg.Cursor[DictRow], credentials: Sequence[str]
     ) -> None:
         """In the transaction of `curs`: refuse unless every one is valid."""
-        query = sql.SQL("SELECT {} AS valid").format(self._credentials_valid("%s"))
-        row = curs.execute(query, (list(credentials),)).fetchone()
+        row = curs.execute(self._count_credentials, (list(credentials),)).fetchone()
         if row is None or row["valid"] < len(credentials):
             raise CredentialRevokedError(tuple(credentials))
 

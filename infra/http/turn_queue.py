@@ -137,12 +137,12 @@ class TurnWriteQueue:
     def _write(self, group: Sequence[_Queued]) -> list[Written | Exception]:
         """On a pool thread: the group's tokens, then its turns."""
         checked = self._ledger.checks_credentials
-        digests = [token_digest(q.token) if q.token else None for q in group]
-        devices = (
-            self._devices(group, digests)
-            if checked
-            else self._registry.authenticate_many([q.token for q in group])
-        )
+        digests: list[bytes | None] = []
+        if checked:
+            digests = [token_digest(q.token) if q.token else None for q in group]
+            devices = self._devices(group, digests)
+        else:
+            devices = self._registry.authenticate_many([q.token for q in group])
         outcomes: list[Written | Exception | None] = [None] * len(group)
         writes: list[tuple[int, Device, TurnRequest]] = []
         for index, (queued, device) in enumerate(zip(group, devices, strict=True)):
@@ -164,7 +164,7 @@ class TurnWriteQueue:
         )
         at = self._reads.primary_position()
         for (index, device, _), receipt in zip(writes, receipts, strict=True):
-            if isinstance(receipt, CredentialRevokedError):
+            if checked and isinstance(receipt, CredentialRevokedError):
                 digest = digests[index]
                 if digest is not None:
                     self._known.pop(digest, None)
@@ -195,7 +195,7 @@ class TurnWriteQueue:
                     self._known[digest] = device
                     if len(self._known) > KEPT_DEVICES:
                         self._known.popitem(last=False)
-        return [device for device in devices if device is not None]
+        return cast(list[Device | UnauthenticatedError], devices)  # all filled
 
 
 def _deliver(
