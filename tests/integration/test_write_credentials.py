@@ -217,16 +217,20 @@ def service_lookups(
     """The service, and every token it looks up from now on, in order."""
     app = create_app(postgres_settings)
     with TestClient(app) as client:
-        registry = app.state.service.registry
-        looked_up: list[str] = []
-        authenticate_many = registry.authenticate_many
+        yield client, record_lookups(app.state.service.registry)
 
-        def counting(tokens: Any) -> Any:
-            looked_up.extend(tokens)
-            return authenticate_many(tokens)
 
-        registry.authenticate_many = counting
-        yield client, looked_up
+def record_lookups(registry: DeviceRegistry) -> list[str]:
+    """Every token `registry` looks up from now on, in order."""
+    looked_up: list[str] = []
+    authenticate_many = registry.authenticate_many
+
+    def counting(tokens: Any) -> Any:
+        looked_up.extend(tokens)
+        return authenticate_many(tokens)
+
+    registry.authenticate_many = counting
+    return looked_up
 
 
 def put_turn(client: TestClient, conversation: str, turn_id: str, token: str) -> Any:
@@ -300,3 +304,21 @@ def test_the_service_keeps_a_bounded_number_of_devices_least_recent_dropped(
     assert looked_up == []
     put(tokens[0], "again-0")
     assert looked_up == [tokens[0]]
+
+
+def test_off_postgresql_every_turn_write_looks_its_token_up(tmp_path: Any) -> None:
+    settings = Settings(_env_file=None, persistence="sqlite", data_dir=tmp_path)
+    app = create_app(settings)
+    with TestClient(app) as client:
+        registry = app.state.service.registry
+        looked_up = record_lookups(registry)
+        phone = registry.add("alice", "phone")
+        conversation = client.post(
+            "/v1/conversations", headers={"Authorization": f"Bearer {phone.token}"}
+        ).json()["conversation_id"]
+        looked_up.clear()
+        assert put_turn(client, conversation, "t1", phone.token).status_code == 200
+        assert put_turn(client, conversation, "t2", phone.token).status_code == 200
+        assert looked_up == [phone.token, phone.token]
+        registry.revoke(phone.device.device_id)
+        assert put_turn(client, conversation, "t3", phone.token).status_code == 401
