@@ -48,7 +48,6 @@ from eventsourcing.persistence import StoredEvent  # noqa: E402
 from psycopg import sql  # noqa: E402
 from pydantic import SecretStr  # noqa: E402
 
-from turnledger.domain.application import Conversations  # noqa: E402
 from turnledger.domain.chain import (  # noqa: E402
     GENESIS,
     encode_envelope,
@@ -68,6 +67,7 @@ from turnledger.infra.checkpoint import (  # noqa: E402
 )
 from turnledger.infra.merkle_store import open_leaf_store  # noqa: E402
 from turnledger.infra.persistence import open_conversations  # noqa: E402
+from turnledger.infra.service_layer.application import Conversations  # noqa: E402
 from turnledger.infra.settings import Settings  # noqa: E402
 from turnledger.infra.signing import new_signing_key  # noqa: E402
 from turnledger.infra.transparency_audit import audit_store  # noqa: E402

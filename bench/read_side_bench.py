@@ -46,9 +46,9 @@ from uuid import UUID
 import psycopg
 from psycopg import sql
 
-from turnledger.domain.application import Conversations
 from turnledger.domain.errors import VersionConflictError
 from turnledger.infra.persistence import open_conversations
+from turnledger.infra.service_layer.application import Conversations
 from turnledger.infra.settings import Settings
 from turnledger.infra.vault import new_master_key
 

@@ -31,7 +31,6 @@ from uuid import UUID
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from turnledger.domain.application import Conversations  # noqa: E402
 from turnledger.domain.parts import (  # noqa: E402
     AssistantText,
     Attachment,
@@ -40,6 +39,7 @@ from turnledger.domain.parts import (  # noqa: E402
     TurnParts,
 )
 from turnledger.infra.persistence import open_conversations  # noqa: E402
+from turnledger.infra.service_layer.application import Conversations  # noqa: E402
 from turnledger.infra.settings import Settings  # noqa: E402
 from turnledger.infra.vault import new_master_key  # noqa: E402
 from turnledger.projections.formats import WIRE_FORMATS  # noqa: E402

@@ -32,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import psycopg  # noqa: E402
 from psycopg import sql  # noqa: E402
 
-from turnledger.domain.application import Conversations  # noqa: E402
 from turnledger.infra.persistence import open_conversations  # noqa: E402
+from turnledger.infra.service_layer.application import Conversations  # noqa: E402
 from turnledger.infra.settings import Settings  # noqa: E402
 from turnledger.infra.vault import new_master_key  # noqa: E402
 from turnledger.projections.formats import RequestParts, render_body  # noqa: E402

@@ -121,7 +121,7 @@ class Conversation(Aggregate):
         turn_id: str
         sealed_question: bytes
         sealed_answer: bytes
-        # The receipt of the window this turn answered (domain/receipt.py) and
+        # The receipt of the window this turn answered (projections/receipt.py) and
         # that window's system instructions, sealed with the turn's key.
         window_receipt: dict[str, Any] | None = None
         sealed_system: bytes | None = None

@@ -243,3 +243,19 @@ class MandatoryInputOverContextError(WindowError):
             f"the reply that is over the model's {context_tokens}-token context; "
             "nothing was trimmed and nothing was changed"
         )
+
+
+class LongPollLimitError(TurnLedgerError):
+    """Raised when a device or user already has the most long-polls allowed."""
+
+    def __init__(self, scope: str, limit: int, setting: str) -> None:
+        self.scope = scope
+        self.limit = limit
+        super().__init__(
+            f"this {scope} already has {limit} long-polls waiting ({setting}); "
+            "close one, or sync with timeout=0"
+        )
+
+
+class TokenizerUnavailableError(RuntimeError):
+    """Raised when a bundled vocabulary is missing or does not match its hash."""

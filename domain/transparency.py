@@ -26,8 +26,6 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 from uuid import UUID
 
-from eventsourcing.persistence import Recorder
-
 LEAF_TAG = b"turnledger/leaf/v1\n"
 _INT64 = range(-(2**63), 2**63)
 
@@ -76,35 +74,6 @@ def pages(log: RawLog, page_size: int) -> Iterator[Sequence[RawRow]]:
             return
         yield page
         after = page[-1].notification_id
-
-
-class RecorderLog:
-    """Rows through the library's recorder: for the in-memory store, whose rows
-    are Python objects no one can hand-edit with SQL."""
-
-    def __init__(self, recorder: Recorder) -> None:
-        self._recorder: Any = recorder
-
-    def rows(self, after: int | None, limit: int) -> list[RawRow]:
-        page = self._recorder.select_notifications(
-            after, limit, inclusive_of_start=after is None
-        )
-        return [
-            RawRow(n.id, n.originator_id, n.originator_version, n.topic, n.state)
-            for n in page
-        ]
-
-    def rows_of(self, conversation_id: UUID) -> list[RawRow]:
-        # Only the notification log knows the ids: scan it (memory is small).
-        return [
-            row
-            for page in pages(self, 1000)
-            for row in page
-            if row.originator_id == conversation_id
-        ]
-
-    def close(self) -> None:
-        pass
 
 
 def _digest(data: bytes) -> bytes:

@@ -31,14 +31,14 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from turnledger.domain.application import Conversations
-from turnledger.domain.audit import Anchor, AuditReport
 from turnledger.domain.errors import InvalidInputError, TurnLedgerError
 from turnledger.domain.merkle import ProofError
-from turnledger.domain.replay import history_at
 from turnledger.infra.checkpoint import newest_checkpoint
 from turnledger.infra.persistence import open_conversations
 from turnledger.infra.read_side import compare_read_sides, live_rows, replay_log
+from turnledger.infra.service_layer.application import Conversations
+from turnledger.infra.service_layer.audit import Anchor, AuditReport
+from turnledger.infra.service_layer.replay import history_at
 from turnledger.infra.settings import Settings
 from turnledger.infra.signing import trusted_public_key
 from turnledger.infra.transparency_audit import audit_store

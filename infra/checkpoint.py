@@ -27,7 +27,6 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PublicKey,
 )
 
-from turnledger.domain.application import Conversations
 from turnledger.domain.errors import CheckpointError
 from turnledger.domain.merkle import (
     leaf_hash,
@@ -42,6 +41,7 @@ from turnledger.infra.merkle_store import (
     open_leaf_store,
 )
 from turnledger.infra.raw_log import PostgresRawLog, open_raw_log
+from turnledger.infra.service_layer.application import Conversations
 from turnledger.infra.settings import Settings
 from turnledger.infra.signing import public_bytes, signing_key
 

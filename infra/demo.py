@@ -16,9 +16,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from turnledger.domain.application import Conversations, ProjectedWindow
 from turnledger.domain.errors import MandatoryInputTooLargeError
 from turnledger.infra.persistence import open_conversations
+from turnledger.infra.service_layer.application import Conversations, ProjectedWindow
 from turnledger.infra.settings import Settings
 
 OWNER = "demo-user"

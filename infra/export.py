@@ -12,8 +12,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from turnledger.domain.export import export_records
 from turnledger.infra.persistence import open_conversations
+from turnledger.infra.service_layer.export import export_records
 from turnledger.infra.settings import Settings
 
 

@@ -37,9 +37,9 @@ from typing import Any, Protocol
 import psycopg
 from psycopg import sql
 
-from turnledger.domain.application import Conversations
 from turnledger.domain.merkle import Coordinate, Frontier, Node, ProofError, leaf_hash
 from turnledger.domain.transparency import RawLog, leaf_input
+from turnledger.infra.service_layer.application import Conversations
 from turnledger.infra.settings import Settings
 
 FOLLOW_PAGE = 5000

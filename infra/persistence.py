@@ -7,11 +7,11 @@ from contextlib import closing
 
 import psycopg
 
-from turnledger.domain.application import Conversations
 from turnledger.domain.errors import InvalidInputError
 from turnledger.infra.keystore import KeyStore, MemoryKeyStore
 from turnledger.infra.postgres import PostgresKeyStore, ensure_schema
 from turnledger.infra.read_side import upgrade_if_needed
+from turnledger.infra.service_layer.application import Conversations
 from turnledger.infra.settings import Settings
 from turnledger.infra.sqlite import SQLiteKeyStore
 from turnledger.infra.vault import (

@@ -7,7 +7,6 @@ import hashlib
 from typing import Any
 from uuid import UUID
 
-from turnledger.domain.application import Conversations
 from turnledger.domain.errors import CheckpointError
 from turnledger.domain.merkle import (
     consistency_proof,
@@ -26,6 +25,7 @@ from turnledger.infra.merkle_store import (
     open_leaf_store,
 )
 from turnledger.infra.raw_log import open_raw_log
+from turnledger.infra.service_layer.application import Conversations
 from turnledger.infra.settings import Settings
 
 INCLUSION_FORMAT = "turnledger-inclusion-proof/v1"

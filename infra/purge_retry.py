@@ -13,8 +13,8 @@ from __future__ import annotations
 import logging
 import threading
 
-from turnledger.domain.application import Conversations
-from turnledger.domain.purge import PurgeReport, purge_state
+from turnledger.infra.service_layer.application import Conversations
+from turnledger.infra.service_layer.purge import PurgeReport, purge_state
 from turnledger.infra.settings import Settings
 
 logger = logging.getLogger("turnledger.purge")

@@ -19,10 +19,11 @@ from typing import Any, cast
 from uuid import UUID
 
 import psycopg
+from eventsourcing.persistence import Recorder
 from psycopg import sql
 
-from turnledger.domain.application import Conversations
-from turnledger.domain.transparency import InvalidText, RawLog, RawRow, RecorderLog
+from turnledger.domain.transparency import InvalidText, RawLog, RawRow, pages
+from turnledger.infra.service_layer.application import Conversations
 from turnledger.infra.settings import Settings
 
 PAGE = 5000
@@ -240,3 +241,32 @@ def open_raw_log(settings: Settings, ledger: Conversations | None = None) -> Raw
             if ledger is None:
                 raise ValueError("the in-memory store is read through its ledger")
             return RecorderLog(ledger.recorder)
+
+
+class RecorderLog:
+    """Rows through the library's recorder: for the in-memory store, whose rows
+    are Python objects no one can hand-edit with SQL."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        self._recorder: Any = recorder
+
+    def rows(self, after: int | None, limit: int) -> list[RawRow]:
+        page = self._recorder.select_notifications(
+            after, limit, inclusive_of_start=after is None
+        )
+        return [
+            RawRow(n.id, n.originator_id, n.originator_version, n.topic, n.state)
+            for n in page
+        ]
+
+    def rows_of(self, conversation_id: UUID) -> list[RawRow]:
+        # Only the notification log knows the ids: scan it (memory is small).
+        return [
+            row
+            for page in pages(self, 1000)
+            for row in page
+            if row.originator_id == conversation_id
+        ]
+
+    def close(self) -> None:
+        pass

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
-from turnledger.domain.application import Conversations
 from turnledger.domain.chain import ChainFormatError, read_link
+from turnledger.infra.service_layer.application import Conversations
 from turnledger.projections.ledger_rows import ConversationRow, FoldRow, TurnRow
 from turnledger.projections.log_replay import replay_events
 from turnledger.projections.read_side import LedgerView

@@ -20,10 +20,10 @@ from typing import Literal, get_args
 
 import tiktoken
 
-from turnledger.projections.tokens import CHAR_ESTIMATE, TokenCounter
+from turnledger.domain.errors import TokenizerUnavailableError
+from turnledger.projections.tokens import CHAR_ESTIMATE, TokenCounter, TokenizerName
 
 EncodingName = Literal["o200k_base", "cl100k_base"]
-TokenizerName = Literal["char4", "o200k_base", "cl100k_base"]
 TOKENIZERS: tuple[str, ...] = get_args(TokenizerName)
 
 # From tiktoken_ext/openai_public.py (tiktoken 0.7+), which pins the same hashes.
@@ -60,10 +60,6 @@ _SPECS: dict[str, tuple[str, dict[str, int], str]] = {
         "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
     ),
 }
-
-
-class TokenizerUnavailableError(RuntimeError):
-    """Raised when a bundled vocabulary is missing or does not match its hash."""
 
 
 def _read_ranks(name: str, expected_sha256: str) -> dict[bytes, int]:

@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
-from turnledger.domain.application import Conversations
-from turnledger.domain.audit import Anchor, Auditor, AuditReport
 from turnledger.domain.transparency import pages, row_leaf
 from turnledger.infra.checkpoint import Checkpoint, newest_checkpoint
 from turnledger.infra.checkpoint_compare import compare_with_checkpoint
 from turnledger.infra.merkle_store import open_leaf_store
 from turnledger.infra.raw_log import open_raw_log
+from turnledger.infra.service_layer.application import Conversations
+from turnledger.infra.service_layer.audit import Anchor, Auditor, AuditReport
 from turnledger.infra.settings import Settings
 from turnledger.infra.signing import trusted_public_key
 from turnledger.infra.tokenizers import KnownTokenCounters

@@ -24,25 +24,25 @@ from turnledger.domain.errors import (
 )
 from turnledger.domain.parts import TurnParts, decode_many_part_documents
 from turnledger.domain.ports import TextVault
-from turnledger.domain.receipt import receipt_policy
-from turnledger.domain.results import (
+from turnledger.domain.text import check_identifier, check_text
+from turnledger.projections.dropped import DroppedTurns, EligibleTurns
+from turnledger.projections.ledger_rows import ConversationRow, FoldRow, TurnRow
+from turnledger.projections.policy import WindowPolicy
+from turnledger.projections.read_side import ReadSide, current_fold
+from turnledger.projections.receipt import receipt_policy
+from turnledger.projections.results import (
     MAX_HISTORY_PAGE,
     HistoryItem,
     HistoryPage,
     ProjectedWindow,
 )
-from turnledger.domain.text import check_identifier, check_text
-from turnledger.domain.turn_texts import open_turn_texts, open_turns
-from turnledger.projections.dropped import DroppedTurns, EligibleTurns
-from turnledger.projections.ledger_rows import ConversationRow, FoldRow, TurnRow
-from turnledger.projections.policy import WindowPolicy
-from turnledger.projections.read_side import ReadSide, current_fold
 from turnledger.projections.tokens import (
     CHAR_ESTIMATE,
     CharEstimate,
     TokenCounter,
     char_estimate,
 )
+from turnledger.projections.turn_texts import open_turn_texts, open_turns
 from turnledger.projections.window import (
     Frame,
     OpenedTurn,

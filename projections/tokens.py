@@ -13,12 +13,15 @@ badly). A real tokenizer (tiktoken, loaded offline) is adapted in
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 # The shape of a trim (seed: head 400 + tail 400), capped at half the
 # per-message limit so that lowering the limit still bounds the result.
 TRIM_HEAD_TOKENS = 400
 TRIM_TAIL_TOKENS = 400
+
+# The token counters the service offers by name (infra/tokenizers.py).
+TokenizerName = Literal["char4", "o200k_base", "cl100k_base"]
 
 
 @runtime_checkable

@@ -17,8 +17,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from turnledger.domain.application import Conversations
 from turnledger.infra.persistence import open_conversations
+from turnledger.infra.service_layer.application import Conversations
 from turnledger.infra.settings import Settings
 from turnledger.infra.vault import new_master_key
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from uuid import UUID
 
-from turnledger.domain.application import Conversations
+from turnledger.infra.service_layer.application import Conversations
 
 SEALED_FIELDS = ("question", "answer", "parts")
 

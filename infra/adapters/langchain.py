@@ -40,7 +40,6 @@ from langchain_core.messages import (
     convert_to_messages,
 )
 
-from turnledger.domain.application import Conversations
 from turnledger.domain.conversation import TurnStatus
 from turnledger.domain.errors import InvalidInputError
 from turnledger.domain.parts import (
@@ -51,14 +50,15 @@ from turnledger.domain.parts import (
     ToolCall,
     ToolResult,
 )
-from turnledger.domain.results import MAX_HISTORY_PAGE
 from turnledger.infra.adapters.turns import (
     STAND_IN_QUESTION,
     TurnRecorder,
     text_of,
     url_attachment,
 )
+from turnledger.infra.service_layer.application import Conversations
 from turnledger.projections.policy import WindowPolicy
+from turnledger.projections.results import MAX_HISTORY_PAGE
 from turnledger.projections.tokens import TokenCounter
 from turnledger.projections.turn_shapes import openai_chat_turn
 

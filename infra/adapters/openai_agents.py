@@ -36,7 +36,6 @@ from uuid import UUID
 
 from agents.memory.session_settings import SessionSettings
 
-from turnledger.domain.application import Conversations
 from turnledger.domain.errors import InvalidInputError
 from turnledger.domain.parts import (
     AssistantStep,
@@ -53,6 +52,7 @@ from turnledger.infra.adapters.turns import (
     text_of,
     url_attachment,
 )
+from turnledger.infra.service_layer.application import Conversations
 from turnledger.projections.policy import WindowPolicy
 from turnledger.projections.tokens import TokenCounter
 from turnledger.projections.turn_shapes import openai_responses_turn

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 from uuid import UUID
 
-from turnledger.domain.application import Conversations
 from turnledger.domain.conversation import TurnStatus
 from turnledger.domain.errors import InvalidInputError
 from turnledger.domain.parts import (
@@ -37,7 +36,8 @@ from turnledger.domain.parts import (
     ToolResult,
     TurnParts,
 )
-from turnledger.domain.results import DeletionReceipt, TurnReceipt
+from turnledger.infra.service_layer.application import Conversations
+from turnledger.infra.service_layer.results import DeletionReceipt, TurnReceipt
 
 Item = TypeVar("Item")
 

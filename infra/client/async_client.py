@@ -27,10 +27,7 @@ from turnledger.infra.client.sync_client import (
     with_position,
 )
 from turnledger.infra.client.sync_loop import Change, SyncStep
-from turnledger.infra.http.app import HealthOut, ReadyOut
-from turnledger.infra.http.fold_routes import FoldOut, FoldStatusOut
-from turnledger.infra.http.purge_routes import PurgeStateOut
-from turnledger.infra.http.schemas import (
+from turnledger.infra.wire.schemas import (
     ConversationCreatedOut,
     ConversationListOut,
     ConversationOut,
@@ -43,7 +40,14 @@ from turnledger.infra.http.schemas import (
     TurnReceiptOut,
     WindowOut,
 )
-from turnledger.infra.http.service import POSITION_HEADER
+from turnledger.infra.wire.status import (
+    POSITION_HEADER,
+    FoldOut,
+    FoldStatusOut,
+    HealthOut,
+    PurgeStateOut,
+    ReadyOut,
+)
 from turnledger.projections.policy import WindowPolicy
 
 T = TypeVar("T")

@@ -3,7 +3,7 @@
 No I/O here. `Client` and `AsyncClient` send the same `Call`s, each with its
 own transport, so the two never differ in a path, a body or a parsed field.
 Responses are parsed into the service's own response models
-(infra/http/schemas.py and the route modules), so a field the service renames
+(infra/wire/schemas.py and the route modules), so a field the service renames
 fails here at once instead of reaching the application as a missing key.
 """
 
@@ -26,10 +26,7 @@ from turnledger.infra.client.errors import (
     error_from_body,
     parse_error_body,
 )
-from turnledger.infra.http.app import HealthOut, ReadyOut
-from turnledger.infra.http.fold_routes import FoldOut, FoldStatusOut
-from turnledger.infra.http.purge_routes import PurgeStateOut
-from turnledger.infra.http.schemas import (
+from turnledger.infra.wire.schemas import (
     ConversationCreatedOut,
     ConversationListOut,
     ConversationOut,
@@ -43,6 +40,13 @@ from turnledger.infra.http.schemas import (
     TurnReceiptOut,
     TurnRecordedOut,
     WindowOut,
+)
+from turnledger.infra.wire.status import (
+    FoldOut,
+    FoldStatusOut,
+    HealthOut,
+    PurgeStateOut,
+    ReadyOut,
 )
 from turnledger.projections.policy import WindowPolicy
 

@@ -26,11 +26,13 @@ from turnledger.domain.errors import (
     DeviceNotFoundError,
     FoldConflictError,
     InvalidInputError,
+    LongPollLimitError,
     MandatoryInputOverContextError,
     MandatoryInputTooLargeError,
     PurgeIncompleteError,
     ReadSideMismatchError,
     TextUnavailableError,
+    TokenizerUnavailableError,
     TurnConflictError,
     TurnDeletedError,
     TurnLedgerError,
@@ -40,8 +42,6 @@ from turnledger.domain.errors import (
     VersionConflictError,
     WindowError,
 )
-from turnledger.infra.http.notifier import LongPollLimitError
-from turnledger.infra.tokenizers import TokenizerUnavailableError
 
 _NIL = UUID(int=0)
 

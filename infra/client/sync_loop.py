@@ -10,7 +10,7 @@ ready at once.
 from __future__ import annotations
 
 from turnledger.infra.client.cursors import CursorStore
-from turnledger.infra.http.schemas import (
+from turnledger.infra.wire.schemas import (
     ConversationStartedOut,
     HistoryDeletedOut,
     OtherChangeOut,

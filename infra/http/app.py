@@ -8,14 +8,11 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
-from typing import Literal
 
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
-from turnledger.domain.application import Conversations
 from turnledger.infra.checkpoint import checkpoint_periodically
 from turnledger.infra.devices import DeviceRegistry, open_device_registry
 from turnledger.infra.http import (
@@ -40,7 +37,9 @@ from turnledger.infra.http.service import Service
 from turnledger.infra.http.turn_route import TurnWritePath
 from turnledger.infra.persistence import master_key, open_conversations, open_replica
 from turnledger.infra.purge_retry import PurgeRetry
+from turnledger.infra.service_layer.application import Conversations
 from turnledger.infra.settings import Settings
+from turnledger.infra.wire.status import HealthOut, ReadyOut
 
 API_VERSION = "1"
 SQLITE_LOCK_SECONDS = 30.0
@@ -56,17 +55,6 @@ UNGUARDED_PATHS = frozenset(
         "/redoc",
     }
 )
-
-
-class HealthOut(BaseModel):
-    status: Literal["ok"]
-
-
-class ReadyOut(BaseModel):
-    status: Literal["ready", "unavailable"]
-    database: Literal["available", "unavailable"]
-    database_since: datetime = Field(description="when the database was last found so")
-    reason: str | None = Field(description="why the database is unavailable")
 
 
 def create_app(

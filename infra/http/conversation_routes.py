@@ -14,10 +14,18 @@ from uuid import UUID, uuid5
 from fastapi import APIRouter, Depends, Path, Query, Response, status
 from starlette.concurrency import run_in_threadpool
 
-from turnledger.domain.application import MAX_HISTORY_PAGE, TurnReceipt
 from turnledger.infra.devices import Device
 from turnledger.infra.http.errors import ERROR_RESPONSES
-from turnledger.infra.http.schemas import (
+from turnledger.infra.http.service import (
+    ClientPosition,
+    Service,
+    bearer_token,
+    current_device,
+    get_service,
+)
+from turnledger.infra.http.turn_route import write_turn
+from turnledger.infra.service_layer.application import MAX_HISTORY_PAGE, TurnReceipt
+from turnledger.infra.wire.schemas import (
     ConversationCreatedOut,
     ConversationIn,
     ConversationListOut,
@@ -33,14 +41,6 @@ from turnledger.infra.http.schemas import (
     WindowOut,
     parts_out,
 )
-from turnledger.infra.http.service import (
-    ClientPosition,
-    Service,
-    bearer_token,
-    current_device,
-    get_service,
-)
-from turnledger.infra.http.turn_route import write_turn
 
 router = APIRouter(
     prefix="/v1/conversations", tags=["conversations"], responses=ERROR_RESPONSES

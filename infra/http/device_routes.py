@@ -8,13 +8,13 @@ from fastapi import APIRouter, Depends, Path, status
 
 from turnledger.infra.devices import Device
 from turnledger.infra.http.errors import ERROR_RESPONSES
-from turnledger.infra.http.schemas import (
+from turnledger.infra.http.service import Service, current_device, get_service
+from turnledger.infra.wire.schemas import (
     DeviceIn,
     DeviceIssuedOut,
     DeviceListOut,
     DeviceOut,
 )
-from turnledger.infra.http.service import Service, current_device, get_service
 
 router = APIRouter(prefix="/v1/devices", tags=["devices"], responses=ERROR_RESPONSES)
 

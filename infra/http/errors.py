@@ -18,46 +18,14 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from turnledger.domain.errors import (
-    ConversationNotFoundError,
-    DeviceNotFoundError,
-    FoldConflictError,
-    InvalidInputError,
-    PurgeIncompleteError,
-    ReadSideMismatchError,
-    TextUnavailableError,
-    TurnConflictError,
-    TurnDeletedError,
+    TokenizerUnavailableError,
     TurnLedgerError,
-    TurnNotFoundError,
-    TurnTooLargeError,
-    UnauthenticatedError,
-    VersionConflictError,
-    WindowError,
 )
-from turnledger.infra.http.notifier import LongPollLimitError
-from turnledger.infra.http.schemas import ErrorResponse
-from turnledger.infra.tokenizers import TokenizerUnavailableError
+from turnledger.infra.wire.errors import ERROR_STATUS
+from turnledger.infra.wire.schemas import ErrorResponse
 
 logger = logging.getLogger(__name__)
 
-# Most specific first: the first matching class decides.
-_STATUS: list[tuple[type[TurnLedgerError], int, str]] = [
-    (TurnTooLargeError, 413, "turn_too_large"),
-    (InvalidInputError, 422, "invalid_input"),
-    (UnauthenticatedError, 401, "unauthenticated"),
-    (ConversationNotFoundError, 404, "conversation_not_found"),
-    (TurnNotFoundError, 404, "turn_not_found"),
-    (DeviceNotFoundError, 404, "device_not_found"),
-    (TurnDeletedError, 409, "turn_deleted"),
-    (TurnConflictError, 409, "turn_conflict"),
-    (VersionConflictError, 409, "version_conflict"),
-    (TextUnavailableError, 410, "text_unavailable"),
-    (PurgeIncompleteError, 503, "purge_incomplete"),
-    (ReadSideMismatchError, 503, "read_side_mismatch"),
-    (FoldConflictError, 409, "fold_conflict"),
-    (WindowError, 422, "window_error"),
-    (LongPollLimitError, 429, "too_many_long_polls"),
-]
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorResponse, "description": description}
@@ -101,7 +69,11 @@ def error_response(
 
 def ledger_error_response(error: TurnLedgerError) -> ErrorJSONResponse:
     status, code = next(
-        ((status, code) for kind, status, code in _STATUS if isinstance(error, kind)),
+        (
+            (status, code)
+            for kind, status, code in ERROR_STATUS
+            if isinstance(error, kind)
+        ),
         (400, "bad_request"),
     )
     headers: dict[str, str] | None = {

@@ -16,16 +16,16 @@ from typing import Annotated
 from fastapi import APIRouter, Depends
 from fastapi.responses import StreamingResponse
 
-from turnledger.domain.export import export_records
 from turnledger.infra.devices import Device
 from turnledger.infra.http.errors import ERROR_RESPONSES
 from turnledger.infra.http.service import (
-    POSITION_HEADER,
     ClientPosition,
     Service,
     current_device,
     get_service,
 )
+from turnledger.infra.service_layer.export import export_records
+from turnledger.infra.wire.status import POSITION_HEADER
 
 router = APIRouter(prefix="/v1", tags=["export"], responses=ERROR_RESPONSES)
 

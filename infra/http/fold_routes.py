@@ -7,17 +7,16 @@ from typing import Annotated
 from uuid import UUID
 
 from fastapi import APIRouter, Depends, Path, Query, Response, status
-from pydantic import BaseModel, Field
 
 from turnledger.infra.devices import Device
 from turnledger.infra.http.errors import ERROR_RESPONSES
-from turnledger.infra.http.schemas import Identifier, RequestModel
 from turnledger.infra.http.service import (
     ClientPosition,
     Service,
     current_device,
     get_service,
 )
+from turnledger.infra.wire.status import FoldIn, FoldOut, FoldStatusOut
 
 router = APIRouter(
     prefix="/v1/conversations", tags=["folds"], responses=ERROR_RESPONSES
@@ -26,36 +25,6 @@ router = APIRouter(
 ConversationId = Annotated[UUID, Path(description="the conversation's id")]
 CurrentDevice = Annotated[Device, Depends(current_device)]
 CurrentService = Annotated[Service, Depends(get_service)]
-
-
-class FoldIn(RequestModel):
-    covers_through_turn_id: Identifier
-    summary: str
-    summarized_version: int = Field(
-        ge=1,
-        description="the ledger version of the history the summary was made from: "
-        "refused if a turn it covers was deleted since",
-    )
-    fold_id: Identifier | None = Field(
-        default=None, description="default: a new random id"
-    )
-    expected_version: int | None = Field(default=None, ge=1)
-
-
-class FoldOut(BaseModel):
-    conversation_id: UUID
-    fold_id: str
-    covers_through_turn_id: str
-    version: int
-
-
-class FoldStatusOut(BaseModel):
-    fold_id: str | None
-    covers_through_turn_id: str | None
-    summary: str | None = Field(description="the current fold's text, if any")
-    unfolded_tokens: int
-    threshold_tokens: int
-    due: bool = Field(description="true: the turns after the fold call for a new one")
 
 
 @router.post(

@@ -35,28 +35,16 @@ from uuid import UUID
 import psycopg
 from psycopg import sql
 
-from turnledger.domain.application import Conversations
-from turnledger.domain.errors import TurnLedgerError
-from turnledger.domain.feed import ConversationFeed
+from turnledger.domain.errors import LongPollLimitError
 from turnledger.infra.devices import DeviceRegistry
 from turnledger.infra.postgres import woken_owners
+from turnledger.infra.service_layer.application import Conversations
+from turnledger.infra.service_layer.feed import ConversationFeed
 
 logger = logging.getLogger(__name__)
 
 _LOG_PAGE = 500
 _REVOCATION_OVERLAP = timedelta(seconds=5)
-
-
-class LongPollLimitError(TurnLedgerError):
-    """Raised when a device or user already has the most long-polls allowed."""
-
-    def __init__(self, scope: str, limit: int, setting: str) -> None:
-        self.scope = scope
-        self.limit = limit
-        super().__init__(
-            f"this {scope} already has {limit} long-polls waiting ({setting}); "
-            "close one, or sync with timeout=0"
-        )
 
 
 class UserSignals:

@@ -2,29 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
-from pydantic import BaseModel, Field
 
-from turnledger.domain.purge import purge_state
 from turnledger.infra.devices import Device
 from turnledger.infra.http.errors import ERROR_RESPONSES
 from turnledger.infra.http.service import Service, current_device, get_service
+from turnledger.infra.service_layer.purge import purge_state
+from turnledger.infra.wire.status import PurgeStateOut
 
 router = APIRouter(prefix="/v1", tags=["service"], responses=ERROR_RESPONSES)
-
-
-class PurgeStateOut(BaseModel):
-    state: Literal["complete", "pending"] = Field(
-        description="pending: destroyed keys may still be in the database's files "
-        "or WAL; the service retries until they are not (docs/deletion.md)"
-    )
-    position: int | None = Field(description="log position the purge has followed")
-    pending_reasons: list[str] = Field(description="what holds a pending compaction")
-    server_findings: list[str] = Field(
-        description="server settings that keep purges pending (checked at start)"
-    )
 
 
 @router.get("/purge", response_model=PurgeStateOut)

@@ -30,8 +30,8 @@ import psycopg
 from eventsourcing.persistence import OperationalError as LibraryOperationalError
 from psycopg_pool import PoolTimeout
 
-from turnledger.domain.application import Conversations
-from turnledger.domain.feed import ConversationFeed
+from turnledger.infra.service_layer.application import Conversations
+from turnledger.infra.service_layer.feed import ConversationFeed
 
 logger = logging.getLogger(__name__)
 

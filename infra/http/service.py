@@ -9,18 +9,18 @@ from typing import Annotated
 from fastapi import Depends, Header, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from turnledger.domain.application import Conversations
-from turnledger.domain.feed import ConversationFeed
 from turnledger.infra.devices import Device, DeviceRegistry
 from turnledger.infra.http.cursor import CursorCodec
 from turnledger.infra.http.notifier import UserSignals
 from turnledger.infra.http.reads import ReadRouter
 from turnledger.infra.http.turn_queue import TurnWriteQueue
+from turnledger.infra.service_layer.application import Conversations
+from turnledger.infra.service_layer.feed import ConversationFeed
 from turnledger.infra.settings import Settings
 from turnledger.infra.tokenizers import token_counter
+from turnledger.infra.wire.status import POSITION_HEADER
 from turnledger.projections.tokens import TokenCounter
 
-POSITION_HEADER = "TurnLedger-Position"
 # The thread the short path's turn writes are written on, a group at a time
 # (infra/http/turn_queue.py).
 WRITE_THREADS = 1

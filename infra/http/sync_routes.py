@@ -19,7 +19,16 @@ from starlette.concurrency import run_in_threadpool
 from starlette.types import Receive
 
 from turnledger.domain.errors import InvalidInputError, UnauthenticatedError
-from turnledger.domain.feed import (
+from turnledger.infra.devices import Device
+from turnledger.infra.http.errors import ERROR_RESPONSES
+from turnledger.infra.http.reads import Source
+from turnledger.infra.http.service import (
+    ClientPosition,
+    Service,
+    current_device,
+    get_service,
+)
+from turnledger.infra.service_layer.feed import (
     Change,
     ChangeBatch,
     ConversationStartedChange,
@@ -27,10 +36,7 @@ from turnledger.domain.feed import (
     OtherChange,
     TurnRecordedChange,
 )
-from turnledger.infra.devices import Device
-from turnledger.infra.http.errors import ERROR_RESPONSES
-from turnledger.infra.http.reads import Source
-from turnledger.infra.http.schemas import (
+from turnledger.infra.wire.schemas import (
     SYNC_LIMIT_MAX,
     ConversationStartedOut,
     HistoryDeletedOut,
@@ -38,12 +44,6 @@ from turnledger.infra.http.schemas import (
     SyncOut,
     TurnRecordedOut,
     parts_out,
-)
-from turnledger.infra.http.service import (
-    ClientPosition,
-    Service,
-    current_device,
-    get_service,
 )
 
 router = APIRouter(prefix="/v1", tags=["sync"], responses=ERROR_RESPONSES)

@@ -48,11 +48,11 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, replace
 from typing import Any, cast
 
-from turnledger.domain.application import Conversations
 from turnledger.domain.errors import CredentialRevokedError, UnauthenticatedError
-from turnledger.domain.results import TurnReceipt, TurnRequest
 from turnledger.infra.devices import Device, DeviceRegistry, token_digest
 from turnledger.infra.http.reads import ReadRouter
+from turnledger.infra.service_layer.application import Conversations
+from turnledger.infra.service_layer.results import TurnReceipt, TurnRequest
 
 # What a write hands back: the device that wrote, its receipt, and the
 # primary's position after the write (for the TurnLedger-Position header).

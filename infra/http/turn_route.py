@@ -35,11 +35,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from turnledger.domain.results import TurnReceipt, TurnRequest
 from turnledger.infra.devices import Device
 from turnledger.infra.http.limits import replay_body
-from turnledger.infra.http.schemas import TurnIn, TurnReceiptOut
 from turnledger.infra.http.service import Service
+from turnledger.infra.service_layer.results import TurnReceipt, TurnRequest
+from turnledger.infra.wire.schemas import TurnIn, TurnReceiptOut
 
 PATH = "/v1/conversations/{conversation_id}/turns/{turn_id}"
 # PATH as Starlette matches it: each parameter one or more characters but "/".

@@ -24,6 +24,7 @@ from turnledger.domain.errors import (
     DeviceNotFoundError,
     FoldConflictError,
     InvalidInputError,
+    LongPollLimitError,
     MandatoryInputTooLargeError,
     TurnConflictError,
     TurnDeletedError,
@@ -44,7 +45,6 @@ from turnledger.infra.client import (
     parts_of,
 )
 from turnledger.infra.devices import open_device_registry
-from turnledger.infra.http.notifier import LongPollLimitError
 from turnledger.infra.settings import Settings
 
 TOOL_TURN = TurnParts(

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from uuid import UUID
 
-from turnledger.domain.application import Conversations
 from turnledger.domain.conversation import fold_key_id
 from turnledger.infra.keystore import MemoryKeyStore
+from turnledger.infra.service_layer.application import Conversations
 from turnledger.infra.vault import KeyVault, MasterKeyError
 
 OWNER = "forensic-owner"

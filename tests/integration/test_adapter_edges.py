@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 
-from turnledger.domain.application import Conversations
 from turnledger.domain.conversation import TurnStatus
 from turnledger.domain.errors import InvalidInputError
 from turnledger.domain.parts import Attachment, Refusal, ToolResult
 from turnledger.infra.adapters.langchain import TurnLedgerChatHistory
 from turnledger.infra.adapters.openai_agents import TurnLedgerSession
+from turnledger.infra.service_layer.application import Conversations
 
 OWNER = "alice"
 PNG = b"\x89PNG\r\n\x1a\n"

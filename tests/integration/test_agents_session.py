@@ -33,10 +33,10 @@ from openai.types.responses import (
 
 from tests.conftest import durable_stores
 from tests.sealed_text import assert_sealed_and_unreadable
-from turnledger.domain.application import Conversations
 from turnledger.domain.conversation import TurnStatus
 from turnledger.domain.parts import AssistantText, ToolCall, ToolResult
 from turnledger.infra.adapters.openai_agents import TurnLedgerSession
+from turnledger.infra.service_layer.application import Conversations
 from turnledger.projections.policy import WindowPolicy
 
 OWNER = "alice"

@@ -14,8 +14,14 @@ from uuid import UUID
 import pytest
 
 from tests.integration.tamper import RawEvents
-from turnledger.domain.application import Conversations, ProjectedWindow
-from turnledger.domain.audit import (
+from turnledger.domain.chain import (
+    GENESIS,
+    decode_envelope,
+    encode_envelope,
+    read_link,
+)
+from turnledger.infra.service_layer.application import Conversations, ProjectedWindow
+from turnledger.infra.service_layer.audit import (
     ANCHOR_MISMATCH,
     BROKEN_LINK,
     CHANGED,
@@ -30,14 +36,8 @@ from turnledger.domain.audit import (
     Auditor,
     AuditReport,
 )
-from turnledger.domain.chain import (
-    GENESIS,
-    decode_envelope,
-    encode_envelope,
-    read_link,
-)
-from turnledger.domain.receipt import WindowReceipt
 from turnledger.infra.settings import Settings
+from turnledger.projections.receipt import WindowReceipt
 
 SQL_STORES = pytest.mark.parametrize(
     "settings",
@@ -242,8 +242,8 @@ def test_receipt_is_rederived_byte_exactly_in_a_fresh_process(
 _REDERIVE = """
 import base64, json, sys
 from uuid import UUID
-from turnledger.domain.audit import Auditor, _head_at
-from turnledger.domain.receipt import WindowReceipt, receipt_key_ids
+from turnledger.infra.service_layer.audit import Auditor, _head_at
+from turnledger.projections.receipt import WindowReceipt, receipt_key_ids
 from turnledger.infra.persistence import open_conversations
 from turnledger.infra.read_side import replay_log
 from turnledger.infra.settings import Settings

@@ -11,9 +11,9 @@ import pytest
 
 from tests.integration.tamper import RawEvents
 from tests.integration.test_audit import _environment, run_turns
-from turnledger.domain.application import Conversations
 from turnledger.infra.cli import main
 from turnledger.infra.persistence import open_conversations
+from turnledger.infra.service_layer.application import Conversations
 from turnledger.infra.settings import Settings
 
 SQL_STORES = pytest.mark.parametrize(

@@ -27,8 +27,6 @@ from hypothesis import strategies as st
 
 from tests.integration.test_audit import run_turns
 from tests.integration.test_audit_malformed import CELLS, EditedLog
-from turnledger.domain.application import Conversations
-from turnledger.domain.audit import Auditor, AuditReport
 from turnledger.domain.chain import (
     ENVELOPE_MAGIC,
     GENESIS,
@@ -38,8 +36,11 @@ from turnledger.domain.chain import (
     raw_link,
     seal_state,
 )
-from turnledger.domain.transparency import RawRow, RecorderLog
+from turnledger.domain.transparency import RawRow
 from turnledger.infra.persistence import open_conversations
+from turnledger.infra.raw_log import RecorderLog
+from turnledger.infra.service_layer.application import Conversations
+from turnledger.infra.service_layer.audit import Auditor, AuditReport
 from turnledger.infra.settings import Settings
 from turnledger.infra.transparency_audit import audit_store
 

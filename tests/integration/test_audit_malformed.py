@@ -9,10 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.integration.test_audit import run_turns
-from turnledger.domain.application import Conversations
-from turnledger.domain.audit import Auditor
 from turnledger.domain.findings import MALFORMED
-from turnledger.domain.transparency import InvalidText, RawRow, RecorderLog
+from turnledger.domain.transparency import InvalidText, RawRow
+from turnledger.infra.raw_log import RecorderLog
+from turnledger.infra.service_layer.application import Conversations
+from turnledger.infra.service_layer.audit import Auditor
 
 
 class EditedLog:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from turnledger.domain.audit import Auditor
 from turnledger.infra.persistence import open_conversations
+from turnledger.infra.service_layer.audit import Auditor
 from turnledger.infra.settings import Settings
 
 OWNER = "alice"

@@ -14,10 +14,10 @@ from collections.abc import Callable
 import pytest
 
 from tests.conftest import durable_stores
-from turnledger.domain.application import Conversations, ProjectedWindow
-from turnledger.domain.audit import Auditor
 from turnledger.infra.persistence import open_conversations
 from turnledger.infra.read_side import compare_read_sides, live_rows, replay_log
+from turnledger.infra.service_layer.application import Conversations, ProjectedWindow
+from turnledger.infra.service_layer.audit import Auditor
 from turnledger.infra.settings import Settings
 from turnledger.projections.policy import WindowPolicy
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from turnledger.domain.application import Conversations
 from turnledger.domain.errors import PurgeIncompleteError, TurnDeletedError
+from turnledger.infra.service_layer.application import Conversations
 
 OWNER = "owner-1"
 

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from turnledger.domain.application import Conversations
 from turnledger.domain.errors import InvalidInputError
-from turnledger.domain.export import EXPORT_SCHEMA, export_records
 from turnledger.infra.cli import main
 from turnledger.infra.persistence import open_conversations
+from turnledger.infra.service_layer.application import Conversations
+from turnledger.infra.service_layer.export import EXPORT_SCHEMA, export_records
 from turnledger.infra.settings import Settings
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)

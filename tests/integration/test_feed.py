@@ -9,17 +9,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import turnledger.domain.feed
-from turnledger.domain.application import Conversations
+import turnledger.infra.service_layer.feed as feed_module
 from turnledger.domain.errors import ConversationNotFoundError, InvalidInputError
-from turnledger.domain.feed import (
+from turnledger.infra.persistence import open_conversations
+from turnledger.infra.service_layer.application import Conversations
+from turnledger.infra.service_layer.feed import (
     ConversationFeed,
     ConversationStartedChange,
     HistoryDeletedChange,
     OtherChange,
     TurnRecordedChange,
 )
-from turnledger.infra.persistence import open_conversations
 from turnledger.infra.settings import Settings
 
 SECRET = "the launch code is TANGERINE-42"
@@ -220,12 +220,12 @@ def test_a_read_stops_at_its_byte_budget_and_the_next_read_resumes(
         )
     whole, _ = read_all(feed, "alice")
     # Room for about two of these turns per read; a single larger one still fits.
-    monkeypatch.setattr(turnledger.domain.feed, "_MAX_STORED_BYTES_PER_READ", 9_000)
+    monkeypatch.setattr(feed_module, "_MAX_STORED_BYTES_PER_READ", 9_000)
     first = feed.changes_since("alice", 0)
     assert 1 <= len(first.changes) < len(whole) and not first.caught_up
     paged, _ = read_all(feed, "alice")
     assert paged == whole
-    monkeypatch.setattr(turnledger.domain.feed, "_MAX_STORED_BYTES_PER_READ", 1)
+    monkeypatch.setattr(feed_module, "_MAX_STORED_BYTES_PER_READ", 1)
     one_by_one, _ = read_all(feed, "alice")
     assert one_by_one == whole
 

@@ -29,10 +29,10 @@ from langchain_core.tools import tool
 
 from tests.conftest import durable_stores
 from tests.sealed_text import assert_sealed_and_unreadable
-from turnledger.domain.application import Conversations
 from turnledger.domain.conversation import TurnStatus
 from turnledger.domain.parts import AssistantText, ToolCall, ToolResult
 from turnledger.infra.adapters.langchain import TurnLedgerChatHistory, window_messages
+from turnledger.infra.service_layer.application import Conversations
 from turnledger.projections.policy import WindowPolicy
 
 OWNER = "alice"

@@ -11,8 +11,6 @@ import pytest
 from psycopg import sql
 
 from tests.conftest import durable_stores
-from turnledger.domain.application import Conversations
-from turnledger.domain.batch import aggregate_from_row
 from turnledger.domain.conversation import TurnStatus
 from turnledger.domain.errors import (
     ConversationNotFoundError,
@@ -24,6 +22,8 @@ from turnledger.domain.errors import (
     TurnTooLargeError,
     VersionConflictError,
 )
+from turnledger.infra.service_layer.application import Conversations
+from turnledger.infra.service_layer.batch import aggregate_from_row
 from turnledger.infra.settings import Settings
 
 OWNER = "alice"

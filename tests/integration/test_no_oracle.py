@@ -13,8 +13,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from turnledger.domain.audit import Auditor
 from turnledger.infra.persistence import open_conversations
+from turnledger.infra.service_layer.audit import Auditor
 from turnledger.infra.settings import Settings
 from turnledger.projections.policy import WindowPolicy
 from turnledger.projections.window import WindowTurn, select_window

@@ -6,11 +6,15 @@ from uuid import UUID
 
 import pytest
 
-from turnledger.domain.application import Conversations
-from turnledger.domain.audit import NOT_REDERIVABLE, RECEIPT_INVALID, Auditor
 from turnledger.domain.errors import InvalidInputError
-from turnledger.domain.receipt import WindowReceipt, parse_receipt_policy
+from turnledger.infra.service_layer.application import Conversations
+from turnledger.infra.service_layer.audit import (
+    NOT_REDERIVABLE,
+    RECEIPT_INVALID,
+    Auditor,
+)
 from turnledger.projections.policy import WindowPolicy
+from turnledger.projections.receipt import WindowReceipt, parse_receipt_policy
 from turnledger.projections.tokens import CHAR_ESTIMATE, CharEstimate
 
 OWNER = "alice"

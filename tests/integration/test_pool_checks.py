@@ -12,8 +12,8 @@ import time
 import psycopg
 import pytest
 
-from turnledger.domain.application import Conversations
 from turnledger.infra.persistence import open_conversations
+from turnledger.infra.service_layer.application import Conversations
 from turnledger.infra.settings import Settings
 
 pytestmark = pytest.mark.postgres

@@ -28,10 +28,10 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from turnledger.domain.application import Conversations
 from turnledger.domain.conversation import Conversation
 from turnledger.infra.persistence import open_conversations
 from turnledger.infra.read_side import replay_log
+from turnledger.infra.service_layer.application import Conversations
 from turnledger.infra.settings import Settings
 from turnledger.infra.vault import KeyVault
 

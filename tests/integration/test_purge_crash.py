@@ -22,13 +22,13 @@ from uuid import UUID
 
 import pytest
 
-from turnledger.domain.application import Conversations
 from turnledger.infra.persistence import (
     eventsourcing_env,
     key_store,
     master_key,
     open_conversations,
 )
+from turnledger.infra.service_layer.application import Conversations
 from turnledger.infra.settings import Settings
 from turnledger.infra.vault import KeyVault, new_master_key
 

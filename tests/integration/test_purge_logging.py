@@ -17,8 +17,8 @@ import pytest
 
 from tests.integration.private_cluster import PrivateCluster, private_cluster
 from tests.integration.test_forensic_postgres import _key_table, _settings
-from turnledger.domain.purge import PurgeReport
 from turnledger.infra.persistence import open_conversations
+from turnledger.infra.service_layer.purge import PurgeReport
 from turnledger.infra.settings import Settings
 
 pytestmark = pytest.mark.postgres

@@ -26,10 +26,10 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from turnledger.domain.application import Conversations
 from turnledger.domain.errors import TurnLedgerError
 from turnledger.infra.persistence import open_conversations
 from turnledger.infra.read_side import compare_read_sides, live_rows, replay_log
+from turnledger.infra.service_layer.application import Conversations
 from turnledger.infra.settings import Settings
 from turnledger.projections.policy import WindowPolicy
 

@@ -10,10 +10,10 @@ from uuid import UUID
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from turnledger.domain.application import Conversations
 from turnledger.domain.conversation import TurnStatus
-from turnledger.domain.results import TurnReceipt, TurnRequest
 from turnledger.infra.persistence import open_conversations
+from turnledger.infra.service_layer.application import Conversations
+from turnledger.infra.service_layer.results import TurnReceipt, TurnRequest
 from turnledger.infra.settings import Settings
 
 OWNERS = ["alice", "bob"]

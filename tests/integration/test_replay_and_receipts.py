@@ -7,15 +7,19 @@ from uuid import uuid4
 
 import pytest
 
-from turnledger.domain.application import Conversations
 from turnledger.domain.errors import (
     ConversationNotFoundError,
     InvalidInputError,
     WindowMismatchError,
 )
-from turnledger.domain.receipt import RECEIPT_FORMAT, WindowReceipt, receipt_key_ids
-from turnledger.domain.replay import history_at, version_at
+from turnledger.infra.service_layer.application import Conversations
+from turnledger.infra.service_layer.replay import history_at, version_at
 from turnledger.projections.policy import WindowPolicy
+from turnledger.projections.receipt import (
+    RECEIPT_FORMAT,
+    WindowReceipt,
+    receipt_key_ids,
+)
 
 OWNER = "alice"
 

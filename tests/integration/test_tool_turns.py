@@ -13,8 +13,6 @@ import pytest
 
 from tests.conftest import durable_stores
 from tests.tool_pairing import pairing_problems
-from turnledger.domain.application import Conversations
-from turnledger.domain.audit import Auditor
 from turnledger.domain.chain import decode_envelope
 from turnledger.domain.conversation import TurnStatus
 from turnledger.domain.errors import (
@@ -22,7 +20,6 @@ from turnledger.domain.errors import (
     TurnConflictError,
     TurnTooLargeError,
 )
-from turnledger.domain.export import export_records
 from turnledger.domain.parts import (
     AssistantText,
     Attachment,
@@ -32,8 +29,11 @@ from turnledger.domain.parts import (
     TurnParts,
     sha256_digest,
 )
-from turnledger.domain.replay import history_at
 from turnledger.infra.read_side import rebuild_read_side
+from turnledger.infra.service_layer.application import Conversations
+from turnledger.infra.service_layer.audit import Auditor
+from turnledger.infra.service_layer.export import export_records
+from turnledger.infra.service_layer.replay import history_at
 from turnledger.infra.settings import Settings
 from turnledger.projections.formats import WIRE_FORMATS
 from turnledger.projections.policy import WindowPolicy

@@ -15,10 +15,10 @@ from hypothesis import strategies as st
 from tests.reference_window import naive_window
 from tests.strategies import abandoned_mid_tool, sendable_text, tool_turns
 from tests.tool_pairing import pairing_problems
-from turnledger.domain.audit import Auditor
 from turnledger.domain.errors import WindowError
 from turnledger.domain.parts import ToolCall, TurnParts
 from turnledger.infra.persistence import open_conversations
+from turnledger.infra.service_layer.audit import Auditor
 from turnledger.infra.settings import Settings
 from turnledger.infra.tokenizers import token_counter
 from turnledger.projections.formats import WIRE_FORMATS

@@ -19,7 +19,6 @@ from pydantic import SecretStr
 
 from tests.integration.forger import Forger
 from tests.integration.test_audit import _environment, run_turns
-from turnledger.domain.audit import Auditor
 from turnledger.domain.findings import (
     CHECKPOINT_MISMATCH,
     LOG_CHANGED,
@@ -32,6 +31,7 @@ from turnledger.infra.checkpoint import write_checkpoint
 from turnledger.infra.cli import main
 from turnledger.infra.persistence import open_conversations
 from turnledger.infra.raw_log import open_raw_log
+from turnledger.infra.service_layer.audit import Auditor
 from turnledger.infra.settings import Settings
 from turnledger.infra.signing import new_signing_key
 from turnledger.infra.transparency_audit import audit_against_checkpoint

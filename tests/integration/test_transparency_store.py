@@ -11,7 +11,6 @@ import pytest
 from pydantic import SecretStr
 
 from tests.integration.test_audit import run_turns
-from turnledger.domain.application import Conversations
 from turnledger.domain.merkle import (
     MerkleTree,
     leaf_hash,
@@ -28,6 +27,7 @@ from turnledger.infra.merkle_store import follow, open_leaf_store
 from turnledger.infra.persistence import open_conversations
 from turnledger.infra.proofs import prove_consistency, prove_event
 from turnledger.infra.raw_log import open_raw_log
+from turnledger.infra.service_layer.application import Conversations
 from turnledger.infra.settings import Settings
 from turnledger.infra.signing import new_signing_key
 from turnledger.infra.transparency_audit import audit_against_checkpoint

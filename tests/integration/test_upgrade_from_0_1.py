@@ -17,10 +17,10 @@ from uuid import UUID
 
 import pytest
 
-from turnledger.domain.audit import Auditor
 from turnledger.domain.chain import ENVELOPE_MAGIC
 from turnledger.infra.persistence import open_conversations
 from turnledger.infra.read_side import compare_read_sides, live_rows, replay_log
+from turnledger.infra.service_layer.audit import Auditor
 from turnledger.infra.settings import Settings
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "store-0.1"

@@ -20,10 +20,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from psycopg import sql
 
-from turnledger.domain.application import Conversations
 from turnledger.infra.http.notifier import PostgresListener, UserSignals
 from turnledger.infra.persistence import open_conversations
 from turnledger.infra.postgres import schema_channel, wake_payload, woken_owners
+from turnledger.infra.service_layer.application import Conversations
 from turnledger.infra.settings import Settings
 
 # The owners of one batch, spelt any way at all (the ledger allows fewer

@@ -11,7 +11,6 @@ from uuid import UUID
 
 import pytest
 
-from turnledger.domain.application import Conversations
 from turnledger.domain.conversation import fold_key_id
 from turnledger.domain.errors import (
     FoldConflictError,
@@ -20,6 +19,7 @@ from turnledger.domain.errors import (
     TurnNotFoundError,
 )
 from turnledger.infra.persistence import open_conversations
+from turnledger.infra.service_layer.application import Conversations
 from turnledger.infra.settings import Settings
 from turnledger.projections.formats import FOLD_LABEL
 from turnledger.projections.policy import WindowPolicy

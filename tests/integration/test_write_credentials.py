@@ -16,16 +16,16 @@ import pytest
 from fastapi.testclient import TestClient
 from psycopg import sql
 
-from turnledger.domain.application import Conversations
 from turnledger.domain.errors import (
     CredentialRevokedError,
     InvalidInputError,
     UnauthenticatedError,
 )
-from turnledger.domain.results import TurnReceipt, TurnRequest
 from turnledger.infra.devices import DeviceRegistry, open_device_registry
 from turnledger.infra.http.app import create_app
 from turnledger.infra.persistence import open_conversations
+from turnledger.infra.service_layer.application import Conversations
+from turnledger.infra.service_layer.results import TurnReceipt, TurnRequest
 from turnledger.infra.settings import Settings
 
 

@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 from turnledger.domain.chain import (
     GENESIS,
     ChainFormatError,
-    RecentDigests,
     raw_link,
     read_link_parts,
     seal_state,
@@ -25,6 +24,7 @@ from turnledger.domain.findings import (
     ChainRow,
     check_chain,
 )
+from turnledger.infra.service_layer.chain_mapper import RecentDigests
 
 TOPIC = "domain.conversation:Conversation.TurnConfirmed"
 CONVERSATION = uuid.UUID("12345678-1234-5678-1234-567812345678")

@@ -18,6 +18,7 @@ from turnledger.domain.errors import (
     DeviceNotFoundError,
     FoldConflictError,
     InvalidInputError,
+    LongPollLimitError,
     MandatoryInputOverContextError,
     MandatoryInputTooLargeError,
     PurgeIncompleteError,
@@ -40,7 +41,6 @@ from turnledger.infra.client.errors import (
 )
 from turnledger.infra.http.database import unavailable_response
 from turnledger.infra.http.errors import error_response, ledger_error_response
-from turnledger.infra.http.notifier import LongPollLimitError
 
 CONVERSATION = uuid4()
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from turnledger.domain.group_commit import GroupCommitter, Pending
+from turnledger.infra.service_layer.group_commit import GroupCommitter, Pending
 
 # (key, writer, sequence number of that writer's writes of that key)
 Write = tuple[str, int, int]
@@ -204,7 +204,7 @@ def test_the_leader_waits_for_the_last_batch_s_callers_and_no_longer(
     second's arrival; a lone caller's leader never waits, even when it
     submitted several writes at once. With a gathering time of 30 s, any of
     these mistakes would take minutes."""
-    import turnledger.domain.group_commit as group_commit
+    import turnledger.infra.service_layer.group_commit as group_commit
 
     monkeypatch.setattr(group_commit, "_GATHER_SECONDS", 30.0)
     recorder = Recorder()

@@ -9,10 +9,10 @@ from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
 from turnledger.domain.errors import InvalidInputError
-from turnledger.domain.receipt import parse_receipt_policy, receipt_policy
 from turnledger.infra.http.app import create_app
 from turnledger.infra.settings import Settings
 from turnledger.projections.policy import WindowPolicy
+from turnledger.projections.receipt import parse_receipt_policy, receipt_policy
 
 
 def test_defaults_follow_the_seeds() -> None:

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from turnledger.domain.application import Conversations
 from turnledger.infra.persistence import open_conversations
+from turnledger.infra.service_layer.application import Conversations
 from turnledger.infra.settings import Settings
 from turnledger.projections.policy import WindowPolicy
 from turnledger.projections.tokens import CHAR_ESTIMATE

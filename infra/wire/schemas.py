@@ -22,11 +22,10 @@ from pydantic import (
     model_validator,
 )
 
-from turnledger.domain.application import MAX_HISTORY_PAGE
-from turnledger.domain.feed import MAX_CHANGES_PER_READ
 from turnledger.domain.parts import TurnParts
-from turnledger.infra.tokenizers import TokenizerName
 from turnledger.projections.policy import WindowPolicy
+from turnledger.projections.results import MAX_CHANGES_PER_READ, MAX_HISTORY_PAGE
+from turnledger.projections.tokens import TokenizerName
 
 Identifier = Annotated[
     str,

@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Any, Protocol
 from uuid import UUID
 
-from turnledger.domain.batch import Batch, Write
 from turnledger.domain.conversation import Conversation, TurnStatus
 from turnledger.domain.errors import (
     InvalidInputError,
@@ -22,16 +21,18 @@ from turnledger.domain.errors import (
 )
 from turnledger.domain.parts import TurnParts, encode_parts
 from turnledger.domain.ports import NewKey, TextVault
-from turnledger.domain.receipt import receipt_key_ids
-from turnledger.domain.results import ProjectedWindow, TurnReceipt
 from turnledger.domain.text import (
     check_expected_version,
     check_identifier,
     check_text,
     check_turn_size,
 )
+from turnledger.infra.service_layer.batch import Batch, Write
+from turnledger.infra.service_layer.results import TurnReceipt
 from turnledger.projections.ledger_rows import TurnRow
 from turnledger.projections.queries import ConversationQueries
+from turnledger.projections.receipt import receipt_key_ids
+from turnledger.projections.results import ProjectedWindow
 from turnledger.projections.turn_sizes import turn_sizes
 
 

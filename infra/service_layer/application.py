@@ -1,6 +1,6 @@
 """The ledger for application services: commands here, queries on the read side.
 
-Every write goes through one group committer (domain/group_commit.py): the
+Every write goes through one group committer (infra/service_layer/group_commit.py): the
 writes queued by concurrent callers are checked one after another against
 constant-size aggregates and saved in one transaction, together with the
 read-side rows and the new turns' keys (where the store allows). A write
@@ -26,13 +26,7 @@ from eventsourcing.persistence import (
     Recording,
 )
 
-from turnledger.domain.batch import Batch, BatchWriter, Write
-from turnledger.domain.chain import (
-    GENESIS,
-    ChainSealingMapper,
-    RecentDigests,
-    read_link,
-)
+from turnledger.domain.chain import GENESIS, read_link
 from turnledger.domain.conversation import (
     Conversation,
     TurnFacts,
@@ -43,20 +37,8 @@ from turnledger.domain.errors import (
     InvalidInputError,
     PurgeIncompleteError,
 )
-from turnledger.domain.group_commit import GroupCommitter
 from turnledger.domain.parts import TurnParts
 from turnledger.domain.ports import TextVault
-from turnledger.domain.purge import PurgeReport, PurgeRunner
-from turnledger.domain.results import (
-    MAX_HISTORY_PAGE,
-    DeletionReceipt,
-    FoldReceipt,
-    HistoryItem,
-    HistoryPage,
-    ProjectedWindow,
-    TurnReceipt,
-    TurnRequest,
-)
 from turnledger.domain.text import (
     DEFAULT_MAX_TURN_BYTES,
     TextMetrics,
@@ -66,7 +48,20 @@ from turnledger.domain.text import (
     check_turn_size,
 )
 from turnledger.domain.transcodings import register_legacy_transcodings
-from turnledger.domain.turn_writes import (
+from turnledger.infra.service_layer.batch import Batch, BatchWriter, Write
+from turnledger.infra.service_layer.chain_mapper import (
+    ChainSealingMapper,
+    RecentDigests,
+)
+from turnledger.infra.service_layer.group_commit import GroupCommitter
+from turnledger.infra.service_layer.purge import PurgeReport, PurgeRunner
+from turnledger.infra.service_layer.results import (
+    DeletionReceipt,
+    FoldReceipt,
+    TurnReceipt,
+    TurnRequest,
+)
+from turnledger.infra.service_layer.turn_writes import (
     TurnWrites,
     check_conversation_id,
     check_window,
@@ -81,6 +76,12 @@ from turnledger.projections.ledger_rows import (
 from turnledger.projections.policy import WindowPolicy
 from turnledger.projections.queries import ConversationQueries, FoldStatus
 from turnledger.projections.read_side import ReadSide, current_fold
+from turnledger.projections.results import (
+    MAX_HISTORY_PAGE,
+    HistoryItem,
+    HistoryPage,
+    ProjectedWindow,
+)
 from turnledger.projections.tokens import TokenCounter
 
 __all__ = [

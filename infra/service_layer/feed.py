@@ -22,13 +22,13 @@ from uuid import UUID
 from eventsourcing.persistence import Notification
 from eventsourcing.utils import get_topic
 
-from turnledger.domain.application import Conversations
 from turnledger.domain.conversation import Conversation, TurnStatus
 from turnledger.domain.errors import InvalidInputError
 from turnledger.domain.parts import TurnParts
-from turnledger.domain.turn_texts import open_turns
+from turnledger.infra.service_layer.application import Conversations
+from turnledger.projections.results import MAX_CHANGES_PER_READ
+from turnledger.projections.turn_texts import open_turns
 
-MAX_CHANGES_PER_READ = 1000
 _LOG_PAGE = 250
 # A read stops adding changes once their stored events (sealed text included)
 # pass this many bytes, so a batch of large turns cannot exhaust memory.

@@ -11,9 +11,9 @@ from __future__ import annotations
 from datetime import datetime
 from uuid import UUID
 
-from turnledger.domain.application import Conversations
 from turnledger.domain.errors import InvalidInputError
-from turnledger.domain.results import MAX_HISTORY_PAGE, HistoryPage
+from turnledger.infra.service_layer.application import Conversations
+from turnledger.projections.results import MAX_HISTORY_PAGE, HistoryPage
 
 
 def history_at(

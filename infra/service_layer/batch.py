@@ -30,9 +30,9 @@ from turnledger.domain.errors import (
     TurnLedgerError,
     VersionConflictError,
 )
-from turnledger.domain.group_commit import Pending
 from turnledger.domain.parts import TurnParts
 from turnledger.domain.ports import NewKey
+from turnledger.infra.service_layer.group_commit import Pending
 from turnledger.projections.ledger_rows import ConversationRow, SummarySize, TurnRow
 from turnledger.projections.read_side import ReadSide
 

@@ -11,9 +11,9 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from turnledger.domain.application import MAX_HISTORY_PAGE, Conversations
 from turnledger.domain.conversation import Conversation
 from turnledger.domain.text import check_identifier
+from turnledger.infra.service_layer.application import MAX_HISTORY_PAGE, Conversations
 
 EXPORT_SCHEMA = "turnledger.export/1"
 

@@ -1,4 +1,4 @@
-"""What the ledger's commands and queries return: immutable values."""
+"""What the read side's queries return: immutable values."""
 
 from __future__ import annotations
 
@@ -9,44 +9,14 @@ from uuid import UUID
 
 from turnledger.domain.conversation import TurnStatus
 from turnledger.domain.parts import TurnParts
-from turnledger.domain.purge import PurgeReport
-from turnledger.domain.receipt import WindowReceipt
+from turnledger.projections.receipt import WindowReceipt
 
 if TYPE_CHECKING:
     from turnledger.projections.window import Window
 
 MAX_HISTORY_PAGE = 500
-
-
-@dataclass(frozen=True, slots=True)
-class TurnReceipt:
-    """Result of recording a turn; a retried request returns the same receipt."""
-
-    conversation_id: UUID
-    turn_id: str
-    status: TurnStatus
-    version: int
-    recorded_at: datetime
-
-
-@dataclass(frozen=True, slots=True)
-class TurnRequest:
-    """One turn for `Conversations.record_turns`: what `confirm_turn` (status
-    confirmed) or `record_abandoned_turn` (failed or stopped) is given, with
-    `answer` in the role of the partial answer for the latter."""
-
-    owner_id: str
-    conversation_id: UUID
-    turn_id: str
-    status: TurnStatus | str = TurnStatus.CONFIRMED
-    question: str | None = None
-    answer: str | None = None
-    parts: TurnParts | None = None
-    expected_version: int | None = None
-    # The id of the writer's credential (the HTTP service: its device), which
-    # the store checks is still valid in the transaction that writes the
-    # turn; None: no check. Only for ledgers whose store `checks_credentials`.
-    credential: str | None = None
+# The most changes one read of the sync feed returns.
+MAX_CHANGES_PER_READ = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,14 +46,6 @@ class HistoryPage:
     total_turns: int
     items: tuple[HistoryItem, ...]
     next_offset: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class DeletionReceipt:
-    conversation_id: UUID
-    deleted_turn_ids: tuple[str, ...]
-    version: int
-    purge: PurgeReport | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,11 +81,3 @@ class ProjectedWindow:
             mac_key=mac_key,
             fold_id=self.sent_fold_id,
         )
-
-
-@dataclass(frozen=True, slots=True)
-class FoldReceipt:
-    conversation_id: UUID
-    fold_id: str
-    covers_through_turn_id: str
-    version: int

@@ -29,7 +29,6 @@ from uuid import UUID
 from eventsourcing.persistence import StoredEvent
 from eventsourcing.utils import get_topic
 
-from turnledger.domain.application import Conversations
 from turnledger.domain.chain import (
     ENVELOPE_DIGEST_AT,
     ENVELOPE_DIGEST_END,
@@ -80,27 +79,28 @@ from turnledger.domain.findings import (
     vanished_finding,
 )
 from turnledger.domain.parts import TurnParts, decode_parts
-from turnledger.domain.receipt import (
-    WindowReceipt,
-    parse_receipt_policy,
-    receipt_key_ids,
-)
 from turnledger.domain.transparency import (
     LEAF_NUMBERS,
     STATE_CELL_TAG,
     RawLog,
     RawRow,
-    RecorderLog,
     leaf_hash_prefix,
     pages,
     row_leaf,
     topic_cell,
 )
+from turnledger.infra.raw_log import RecorderLog
+from turnledger.infra.service_layer.application import Conversations
 from turnledger.projections.ledger_rows import ConversationRow
 from turnledger.projections.log_replay import replay_events
 from turnledger.projections.policy import WindowPolicy
 from turnledger.projections.queries import ConversationQueries
 from turnledger.projections.read_side import LedgerView
+from turnledger.projections.receipt import (
+    WindowReceipt,
+    parse_receipt_policy,
+    receipt_key_ids,
+)
 from turnledger.projections.tokens import CHAR_ESTIMATE, TokenCounter
 
 __all__ = [
