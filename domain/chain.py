@@ -30,8 +30,8 @@ longer matches), a removed or inserted event (a version gap, and the next
 event's link no longer matches), reordered or renumbered events and events
 moved between conversations (the header binds the id and version). What it
 cannot show alone: removal of a conversation's newest events, since nothing
-after them commits to them; the conversation index read model and earlier
-audit reports are the anchors for that (see docs/audit.md).
+after them commits to them; the read side's conversation rows, signed
+checkpoints and earlier audit reports are the anchors for that (see docs/audit.md).
 """
 
 from __future__ import annotations

@@ -281,8 +281,8 @@ class Auditor:
     ) -> AuditReport:
         """Audit the whole store, or one conversation.
 
-        `anchors` are heads recorded elsewhere (the conversation index, an
-        earlier report): the chain cannot show that a conversation's newest
+        `anchors` are heads recorded elsewhere (a checkpoint, an earlier
+        report): the chain cannot show that a conversation's newest
         events were removed, an anchor beyond the end of the log can. With
         `read_side`, each conversation's read-side row (written with its
         events) is checked against the log, and serves as such an anchor.

@@ -40,11 +40,7 @@ OWNER = "owner"
 
 @pytest.fixture
 def ledger() -> Iterator[Conversations]:
-    # A query cache shares one aggregate between queries and fast-forwards it:
-    # the setting under which a report read after the call used to change.
-    app = open_conversations(
-        Settings(_env_file=None, persistence="memory", query_cache_size=4)
-    )
+    app = open_conversations(Settings(_env_file=None, persistence="memory"))
     try:
         yield app
     finally:
