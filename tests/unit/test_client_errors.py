@@ -117,9 +117,9 @@ def test_every_code_the_ledger_renders_is_mapped() -> None:
         json.loads(ledger_error_response(error).body)["error"]["code"]
         for error, _ in CASES
     }
-    from turnledger.infra.http.errors import _STATUS  # the table under test
+    from turnledger.infra.wire.errors import ERROR_STATUS  # the table under test
 
-    assert rendered == {code for _, _, code in _STATUS}
+    assert rendered == {code for _, _, code in ERROR_STATUS}
 
 
 def test_an_outage_is_a_database_unavailable_error() -> None:
