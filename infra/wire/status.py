@@ -15,6 +15,7 @@ from turnledger.infra.wire.schemas import Identifier, RequestModel
 POSITION_HEADER = "TurnLedger-Position"
 
 
+
 class HealthOut(BaseModel):
     status: Literal["ok"]
 
