@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 from uuid import uuid4
 
 import psycopg
@@ -34,7 +34,7 @@ from turnledger.domain.errors import (
     UnauthenticatedError,
 )
 from turnledger.domain.text import check_identifier, check_text
-from turnledger.infra.pool_check import check_unless_quiet
+from turnledger.infra.pool_check import RECONNECT_TIMEOUT_SECONDS, check_unless_quiet
 from turnledger.infra.postgres import DEVICE_TABLE, ensure_schema
 from turnledger.infra.settings import Settings
 
@@ -187,6 +187,11 @@ class DeviceRegistry:
             if each.device_id in doomed and not each.revoked:
                 self._store.mark_revoked(each.device_id, at)
         return device if device.revoked else replace(device, revoked_at=at)
+
+    def connection_pools(self) -> list[ConnectionPool[Any]]:
+        """The psycopg pools behind this registry (none off PostgreSQL)."""
+        pools = getattr(self._store, "connection_pools", None)
+        return list(pools()) if pools is not None else []
 
     def close(self) -> None:
         self._store.close()
@@ -399,7 +404,7 @@ class PostgresDeviceStore:
             name="turnledger-devices",
             timeout=pool_timeout,
             check=check_unless_quiet,
-            reconnect_timeout=24 * 3600.0,
+            reconnect_timeout=RECONNECT_TIMEOUT_SECONDS,
             # Every request authenticates: in autocommit its lookup is one
             # round trip, not SELECT then COMMIT. Each write here is one
             # statement, or in a transaction of its own (mark_revoked).
@@ -514,6 +519,10 @@ class PostgresDeviceStore:
                 (at,),
             ).fetchall()
         return [_device(row) for row in rows]
+
+    def connection_pools(self) -> list[ConnectionPool[Any]]:
+        """The pool the service's readiness checks (infra/http/database.py)."""
+        return [self._pool]
 
     def close(self) -> None:
         self._pool.close()
