@@ -12,9 +12,9 @@ from typing import Annotated
 from uuid import UUID, uuid5
 
 from fastapi import APIRouter, Depends, Path, Query, Response, status
-from starlette.concurrency import run_in_threadpool
 
 from turnledger.infra.devices import Device
+from turnledger.infra.http import turn_route
 from turnledger.infra.http.errors import ERROR_RESPONSES
 from turnledger.infra.http.service import (
     ClientPosition,
@@ -23,8 +23,7 @@ from turnledger.infra.http.service import (
     current_device,
     get_service,
 )
-from turnledger.infra.http.turn_route import write_turn
-from turnledger.infra.service_layer.application import MAX_HISTORY_PAGE, TurnReceipt
+from turnledger.infra.service_layer.application import MAX_HISTORY_PAGE
 from turnledger.infra.wire.schemas import (
     ConversationCreatedOut,
     ConversationIn,
@@ -183,25 +182,15 @@ async def record_turn(
     response: Response,
 ) -> TurnReceiptOut:
     """Record a turn. Sending the same request again returns the same receipt
-    and writes nothing; the same turn id with other content is a 409."""
+    and writes nothing; the same turn id with other content is a 409.
 
-    # The hot path: the token is checked in the write's own worker-thread call,
-    # one thread hop per request instead of two.
-    def authenticate_and_record() -> tuple[Device, TurnReceipt, int]:
-        device = service.registry.authenticate(token)
-        receipt = write_turn(service, device, conversation_id, turn_id, turn)
-        return device, receipt, service.reads.primary_position()
-
-    device, receipt, at = await run_in_threadpool(authenticate_and_record)
-    service.hand_back(response, device, at)
-    service.signals.fire([device.user_id])
-    return TurnReceiptOut(
-        conversation_id=receipt.conversation_id,
-        turn_id=receipt.turn_id,
-        status=receipt.status.value,
-        version=receipt.version,
-        recorded_at=receipt.recorded_at,
+    Well-formed requests are taken before routing by the short path
+    (`turn_route.TurnWritePath`); both call `turn_route.record_turn`."""
+    receipt, headers = await turn_route.record_turn(
+        service, token, conversation_id, turn_id, turn
     )
+    response.headers.update(headers)
+    return receipt
 
 
 @router.post("/{conversation_id}/window", response_model=WindowOut)

@@ -77,10 +77,13 @@ class Service:
 
     def hand_back(self, response: Response, device: Device, position: int) -> None:
         """Tell the client the position to send with its next reads."""
-        if position:
-            response.headers[POSITION_HEADER] = self.cursors.encode_wal(
-                device.user_id, position
-            )
+        response.headers.update(self.position_headers(device, position))
+
+    def position_headers(self, device: Device, position: int) -> dict[str, str]:
+        """The header that carries `position` back to `device`, if any."""
+        if not position:
+            return {}
+        return {POSITION_HEADER: self.cursors.encode_wal(device.user_id, position)}
 
     def write_threads(self) -> ThreadPoolExecutor:
         """The pool turn writes wait in (made on first use)."""

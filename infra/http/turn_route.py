@@ -38,7 +38,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from turnledger.infra.devices import Device
 from turnledger.infra.http.limits import replay_body
 from turnledger.infra.http.service import Service
-from turnledger.infra.service_layer.results import TurnReceipt, TurnRequest
+from turnledger.infra.service_layer.results import TurnRequest
 from turnledger.infra.wire.schemas import TurnIn, TurnReceiptOut
 
 PATH = "/v1/conversations/{conversation_id}/turns/{turn_id}"
@@ -88,9 +88,28 @@ class TurnWritePath:
 
 async def _write(scope: Scope, parsed: _Parsed) -> Response:
     conversation_id, turn_id, turn, token = parsed
-    service: Service = scope["app"].state.service
-    # The same steps, in the same order, as conversation_routes.record_turn,
-    # in a group with the writes that arrive meanwhile.
+    receipt, headers = await record_turn(
+        scope["app"].state.service, token, conversation_id, turn_id, turn
+    )
+    return Response(
+        receipt.model_dump_json().encode(),
+        media_type="application/json",
+        headers=headers,
+    )
+
+
+async def record_turn(
+    service: Service,
+    token: str | None,
+    conversation_id: UUID,
+    turn_id: str,
+    turn: TurnIn,
+) -> tuple[TurnReceiptOut, dict[str, str]]:
+    """Write `turn` for the device holding `token`: the one implementation of
+    the turn write, whichever way the request came in. The write joins the
+    group of writes that arrive meanwhile (`turn_queue.py`) and wakes its
+    user's long-polls. Returns the receipt and the response headers that
+    carry the write's position back (read-your-writes on a replica)."""
     device, receipt, at = await service.turn_writes.write(
         token, lambda device: turn_request(device, conversation_id, turn_id, turn)
     )
@@ -101,12 +120,8 @@ async def _write(scope: Scope, parsed: _Parsed) -> Response:
         version=receipt.version,
         recorded_at=receipt.recorded_at,
     )
-    response = Response(
-        receipt_out.model_dump_json().encode(), media_type="application/json"
-    )
-    service.hand_back(response, device, at)
     service.signals.fire([device.user_id])
-    return response
+    return receipt_out, service.position_headers(device, at)
 
 
 async def _answer_error(scope: Scope, error: Exception) -> Response:
@@ -140,17 +155,6 @@ def turn_request(
         parts=parts,
         expected_version=turn.expected_version,
     )
-
-
-def write_turn(
-    service: Service, device: Device, conversation_id: UUID, turn_id: str, turn: TurnIn
-) -> TurnReceipt:
-    """Record `turn` on its own (the documented route)."""
-    request = turn_request(device, conversation_id, turn_id, turn)
-    outcome = service.ledger.record_turns([request])[0]
-    if isinstance(outcome, Exception):
-        raise outcome
-    return outcome
 
 
 async def _read_body(receive: Receive) -> bytes | None:
