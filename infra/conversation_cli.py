@@ -22,6 +22,9 @@ def register(subparsers: Any) -> None:
         "conversations", help="list an owner's conversations, oldest first"
     )
     listing.add_argument("--owner", required=True, help="the owner id")
+    listing.add_argument(
+        "--ids", action="store_true", help="print only the ids, one a line"
+    )
     listing.set_defaults(handler=run_list)
 
     delete = subparsers.add_parser(
@@ -53,6 +56,10 @@ def run_list(arguments: argparse.Namespace) -> int:
         ]
     finally:
         ledger.close()
+    if arguments.ids:
+        for row in rows:
+            print(row.conversation_id)
+        return 0
     table = Table(title=f"conversations of {arguments.owner}")
     for column in ("conversation", "started", "turns", "version"):
         table.add_column(column)

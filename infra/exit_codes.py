@@ -14,7 +14,7 @@ EXIT_FAILED = 1
 # unknown conversation, another owner's, a text over a limit), an unreadable
 # file, a database that cannot be reached.
 EXIT_CANNOT_RUN = 2
-# `purge` ran, but a deletion's compaction is still held by something outside
+# `purge` or `delete` ran, but a deletion's compaction is still held by something outside
 # turnledger (the output says what): run it again later.
 EXIT_PENDING = 3
 
@@ -22,5 +22,5 @@ EXIT_CODES = {
     EXIT_OK: "done",
     EXIT_FAILED: "the command ran and found a problem",
     EXIT_CANNOT_RUN: "the command could not run",
-    EXIT_PENDING: "purge: a deletion is still pending",
+    EXIT_PENDING: "purge or delete: a deletion is still pending",
 }

@@ -268,3 +268,14 @@ def test_version_prints_the_installed_version(
         main(["--version"])
     assert done.value.code == 0
     assert capsys.readouterr().out.strip() == f"turnledger {version('turnledger')}"
+
+
+def test_the_readme_s_exit_code_table_is_the_one_the_commands_keep() -> None:
+    from turnledger.infra.exit_codes import EXIT_CODES
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("### Exit codes", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ")][1:]
+    documented = [int(row.split("|")[1]) for row in rows]
+    assert documented == sorted(EXIT_CODES)
+    assert "1 the command ran and found a problem" in build_parser().epilog
