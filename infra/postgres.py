@@ -41,7 +41,11 @@ from turnledger.infra.compaction import (
 )
 from turnledger.infra.key_session import QUIET_KEY_SESSION, configure_key_session
 from turnledger.infra.keystore import KeyStore
-from turnledger.infra.pool_check import check_unless_quiet, use_quiet_check
+from turnledger.infra.pool_check import (
+    RECONNECT_TIMEOUT_SECONDS,
+    check_unless_quiet,
+    use_quiet_check,
+)
 from turnledger.infra.read_side_sql import (
     CONVERSATION_COLUMNS,
     ERASE_TURN_SIZES,
@@ -121,6 +125,7 @@ class PostgresKeyStore(KeyStore):
             # A connection lost in an outage is replaced, not handed out; a
             # caller waits for one briefly, then gets the pool's error.
             check=check_unless_quiet,
+            reconnect_timeout=RECONNECT_TIMEOUT_SECONDS,
             timeout=5.0,
         )
         if read_only:  # audits change nothing, tables included
@@ -306,6 +311,10 @@ class PostgresKeyStore(KeyStore):
                 (application_name,),
             ).fetchone()
         return None if row is None else (int(row[0]), int(row[1]), int(row[2]))
+
+    def connection_pools(self) -> list[ConnectionPool[Any]]:
+        """The pool the service's readiness checks (infra/http/database.py)."""
+        return [self._pool]
 
     def close(self) -> None:
         self._pool.close()
