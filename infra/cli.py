@@ -103,6 +103,11 @@ def run_command(
         return _cannot_run(f"database error: {_first_line(error)}")
     except TurnLedgerError as error:
         return _cannot_run(str(error))
+    except BrokenPipeError:
+        # The reader stopped reading (`| head`): nothing more to say, and
+        # Python's own flush at exit must not fail again on the closed pipe.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_CANNOT_RUN
     except OSError as error:
         return _cannot_run(str(error))
     except KeyboardInterrupt:

@@ -14,8 +14,8 @@ EXIT_FAILED = 1
 # unknown conversation, another owner's, a text over a limit), an unreadable
 # file, a database that cannot be reached.
 EXIT_CANNOT_RUN = 2
-# `purge` or `delete` ran, but a deletion's compaction is still held by something outside
-# turnledger (the output says what): run it again later.
+# `purge` or `delete` ran, but a deletion's compaction is still held by
+# something outside turnledger (the output says what): run it again later.
 EXIT_PENDING = 3
 
 EXIT_CODES = {
