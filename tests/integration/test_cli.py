@@ -20,6 +20,7 @@ def run_turnledger(
     home: Path, *argv: str, extra_env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TURNLEDGER_")}
+    env["TURNLEDGER_DELETION_RECORD_DIR"] = os.environ["TURNLEDGER_DELETION_RECORD_DIR"]
     env.update(XDG_DATA_HOME=str(home), COLUMNS="120", **(extra_env or {}))
     return subprocess.run(
         [sys.executable, "-m", "turnledger.infra.cli", *argv],
