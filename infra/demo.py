@@ -76,6 +76,8 @@ def demo_settings(configured: Settings) -> Settings:
             "master_key": None,
             "master_key_file": None,
             "postgres_replica_host": None,
+            # Its deletion record beside it, out of the configured store's way.
+            "deletion_record_dir": demo_data_dir() / "deletion-record",
         }
     )
 

@@ -1,12 +1,13 @@
 """Every example in README.md and docs/*.md runs as written.
 
-Each fenced block must say what it is. ```python blocks are executed, each in a
-fresh namespace; ```sh blocks are run by bash (-euo pipefail) in an empty
-directory, with the installed `turnledger` on PATH, no TURNLEDGER_ variable of
-the caller, and XDG_DATA_HOME in that directory. Data, formats and diagrams are
-```text, ```json or ```toml and are not run, but a block of those that holds a
-command is refused: commands go in ```sh. A block that cannot run here is
-preceded by `<!-- not run: REASON -->`, and the reason is required.
+Each fenced block must say what it is. ```python blocks are executed, each in
+a fresh namespace; ```sh blocks are run by bash (-euo pipefail) in an empty
+directory, with the installed `turnledger` on PATH, no TURNLEDGER_ variable
+of the caller, and XDG_DATA_HOME and XDG_STATE_HOME in that directory. Data,
+formats and diagrams are ```text, ```json or ```toml and are not run, but a
+block of those that holds a command is refused: commands go in ```sh. A block
+that cannot run here is preceded by `<!-- not run: REASON -->`, and the
+reason is required.
 
 The one change made to any block: a block that serves HTTP on port 8000 is run
 on a free port instead, so that it cannot collide with another server.
@@ -120,6 +121,7 @@ def test_python_example_runs(
     for name in [n for n in os.environ if n.startswith("TURNLEDGER_")]:
         monkeypatch.delenv(name)
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     source = "\n" * (block.line) + block.body  # tracebacks point at the document
     exec(compile(source, str(block.path), "exec"), {"__name__": "__example__"})  # noqa: S102
 
@@ -132,6 +134,7 @@ def test_shell_example_runs(block: Block, tmp_path: Path) -> None:
     env.update(
         PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
         XDG_DATA_HOME=str(tmp_path / "xdg"),
+        XDG_STATE_HOME=str(tmp_path / "state"),
         COLUMNS="120",
     )
     script = re.sub(r"(localhost:|--port )8000\b", rf"\g<1>{_free_port()}", block.body)

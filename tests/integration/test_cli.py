@@ -85,7 +85,8 @@ def test_conversations_lists_and_delete_deletes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     for name in [n for n in os.environ if n.startswith("TURNLEDGER_")]:
-        monkeypatch.delenv(name)
+        if name != "TURNLEDGER_DELETION_RECORD_DIR":
+            monkeypatch.delenv(name)
     monkeypatch.setenv("TURNLEDGER_DATA_DIR", str(tmp_path / "data"))
     ledger = open_conversations(Settings(_env_file=None))
     first = ledger.start_conversation("alice")

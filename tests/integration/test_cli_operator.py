@@ -43,6 +43,10 @@ COMMANDS: dict[str, list[str]] = {
     "checkpoint": ["checkpoint", "--out", "{tmp}/checkpoints"],
     "prove event": ["prove", "event", ANY_ID, "1", "--checkpoint", "{checkpoint}"],
     "prove consistency": ["prove", "consistency", "{checkpoint}", "{checkpoint}"],
+    "restore-check": ["restore-check"],
+    "rotate-master-key": [
+        *("rotate-master-key", "--new-key-file", "{tmp}/new.key", "--generate")
+    ],
 }
 # Commands that never open the store.
 OFFLINE = {"checkpoint --new-key"}
@@ -58,8 +62,9 @@ def leaf_commands(parser: argparse.ArgumentParser, prefix: str = "") -> list[str
 
 
 def clear_turnledger_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No TURNLEDGER_ variable but the test's own deletion record (conftest)."""
     for name in list(os.environ):
-        if name.startswith("TURNLEDGER_"):
+        if name.startswith("TURNLEDGER_") and name != "TURNLEDGER_DELETION_RECORD_DIR":
             monkeypatch.delenv(name)
 
 
@@ -131,6 +136,7 @@ def test_audit_with_the_database_down_is_not_an_integrity_failure(
     """In a child process, as a monitoring job runs it: exit 2, never 1."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TURNLEDGER_")}
     env.update(
+        TURNLEDGER_DELETION_RECORD_DIR=os.environ["TURNLEDGER_DELETION_RECORD_DIR"],
         TURNLEDGER_PERSISTENCE="postgres",
         TURNLEDGER_POSTGRES_PORT="1",
         TURNLEDGER_POSTGRES_CONNECT_TIMEOUT="1",
