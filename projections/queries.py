@@ -59,6 +59,7 @@ from turnledger.projections.window import (
     prepare_fold,
     report_dropped,
     resolve_policy,
+    settle_wire_ids,
 )
 
 logger = logging.getLogger("turnledger.window")
@@ -391,7 +392,9 @@ class ConversationQueries:
             )
         elif unread:
             sent.update(self.open_for_window(conversation_id, unread))
-        sent_turns = [sent[row.turn_id] for row in kept_rows]
+        plan, sent_turns = settle_wire_ids(
+            plan, [sent[row.turn_id] for row in kept_rows], policy
+        )
         return build_window(
             frame=frame,
             plan=plan,

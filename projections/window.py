@@ -32,7 +32,7 @@ decrypted. A turn is always whole: its tool calls go with their results.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from turnledger.domain.conversation import TurnSizes
@@ -88,6 +88,7 @@ from turnledger.projections.turn_shapes import (
     attachment_note,
     sent_as_note,
 )
+from turnledger.projections.wire_ids import request_wire_ids, wire_id_growth
 
 __all__ = [
     "DROP_REASONS",
@@ -122,6 +123,7 @@ __all__ = [
     "report_dropped",
     "resolve_policy",
     "select_window",
+    "settle_wire_ids",
     "turn_cost",
 ]
 
@@ -661,6 +663,54 @@ def plan_in_frame(
     )
 
 
+def settle_wire_ids(
+    plan: WindowPlan,
+    sent_turns: Sequence[WindowTurn | OpenedTurn],
+    policy: WindowPolicy,
+) -> tuple[WindowPlan, list[WindowTurn | OpenedTurn]]:
+    """The plan and its turns (oldest first) once call ids are sent as wire ids.
+
+    Turns are measured with their stored ids; a body sends each call's wire id
+    (wire_ids.py), which is longer or shorter where a stored id does not fit
+    the format or is used again. The growth is added to the body's bytes, and
+    while it breaks the byte limit the oldest kept turn is left out (for
+    "bytes", so the window stays a suffix): mapped ids make a window at most
+    one derived id per call larger than planned, never over its limit.
+    """
+    wire_format = policy.wire_format
+    turns = list(sent_turns)
+    kept = list(plan.kept_newest_first)
+    dropped: PairCandidate | None = None
+    body_bytes, tokens = plan.body_bytes, plan.history_tokens
+    over_budget = plan.floor_over_budget
+    while True:
+        with_parts = [turn for turn in turns if _as_pair(turn) is turn]
+        mapped = request_wire_ids(wire_format, with_parts)
+        growth = sum(wire_id_growth(with_parts, mapped))
+        if body_bytes + growth <= policy.max_bytes or not turns:
+            break
+        dropped = kept.pop()  # the oldest: the floor's pairs over budget go first
+        turns.pop(0)
+        body_bytes -= dropped.bytes_in(wire_format)
+        tokens -= dropped.tokens
+        over_budget = max(0, over_budget - 1)
+    if dropped is None:
+        return replace(plan, body_bytes=body_bytes + growth), turns
+    return (
+        replace(
+            plan,
+            kept_newest_first=tuple(kept),
+            stop_reason="bytes",
+            stopped_at=dropped.turn_id,
+            stopped_position=dropped.position,
+            body_bytes=body_bytes + growth,
+            history_tokens=tokens,
+            floor_over_budget=over_budget,
+        ),
+        turns,
+    )
+
+
 # The dropped report -------------------------------------------------------------
 
 
@@ -830,7 +880,9 @@ def select_window(
     ]
     plan = plan_in_frame(frame, (candidate for candidate, _ in measured), policy)
     kept = len(plan.kept_newest_first)
-    sent = [sent_turn for _, sent_turn in measured[:kept]][::-1]
+    plan, sent = settle_wire_ids(
+        plan, [sent_turn for _, sent_turn in measured[:kept]][::-1], policy
+    )
     dropped = report_dropped(
         frame=frame,
         plan=plan,
