@@ -77,6 +77,9 @@ class RequestParts:
     pairs: Sequence[tuple[str, str] | SentTurn] = field(default_factory=tuple)
     fold: str | None = None  # labelled summary, or None
     max_output_tokens: int = 1000
+    # Each turn with parts' wire ids (wire_ids.request_wire_ids), when the
+    # window has them already; else they are worked out from the turns.
+    wire_ids: Sequence[WireIds] | None = None
 
 
 def encode_json(document: Any) -> bytes:
@@ -95,6 +98,8 @@ def sent_turns(parts: RequestParts) -> list[SentTurn]:
 
 def _wire_ids(wire_format: str, parts: RequestParts) -> Iterator[WireIds]:
     """Each turn with parts' wire ids (wire_ids.py), in the turns' order."""
+    if parts.wire_ids is not None:
+        return iter(parts.wire_ids)
     return iter(request_wire_ids(wire_format, sent_turns(parts)))
 
 

@@ -85,6 +85,7 @@ from turnledger.projections.tokens import (
 )
 from turnledger.projections.turn_shapes import (
     SentTurn,
+    WireIds,
     attachment_note,
     sent_as_note,
 )
@@ -108,6 +109,7 @@ __all__ = [
     "WindowPlan",
     "WindowTurn",
     "Frame",
+    "SettledWindow",
     "TurnIdLister",
     "TurnIdsUnavailableError",
     "build_window",
@@ -663,11 +665,20 @@ def plan_in_frame(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class SettledWindow:
+    """A plan, its turns (oldest first) and their wire ids, once settled."""
+
+    plan: WindowPlan
+    turns: list[WindowTurn | OpenedTurn]
+    wire_ids: Sequence[WireIds]  # of each turn with parts, in order
+
+
 def settle_wire_ids(
     plan: WindowPlan,
     sent_turns: Sequence[WindowTurn | OpenedTurn],
     policy: WindowPolicy,
-) -> tuple[WindowPlan, list[WindowTurn | OpenedTurn]]:
+) -> SettledWindow:
     """The plan and its turns (oldest first) once call ids are sent as wire ids.
 
     Turns are measured with their stored ids; a body sends each call's wire id
@@ -695,20 +706,20 @@ def settle_wire_ids(
         tokens -= dropped.tokens
         over_budget = max(0, over_budget - 1)
     if dropped is None:
-        return replace(plan, body_bytes=body_bytes + growth), turns
-    return (
-        replace(
-            plan,
-            kept_newest_first=tuple(kept),
-            stop_reason="bytes",
-            stopped_at=dropped.turn_id,
-            stopped_position=dropped.position,
-            body_bytes=body_bytes + growth,
-            history_tokens=tokens,
-            floor_over_budget=over_budget,
-        ),
-        turns,
+        return SettledWindow(
+            replace(plan, body_bytes=body_bytes + growth), turns, mapped
+        )
+    settled = replace(
+        plan,
+        kept_newest_first=tuple(kept),
+        stop_reason="bytes",
+        stopped_at=dropped.turn_id,
+        stopped_position=dropped.position,
+        body_bytes=body_bytes + growth,
+        history_tokens=tokens,
+        floor_over_budget=over_budget,
     )
+    return SettledWindow(settled, turns, mapped)
 
 
 # The dropped report -------------------------------------------------------------
@@ -775,9 +786,11 @@ def build_window(
     policy: WindowPolicy,
     counter: TokenCounter,
     fold_due: bool = False,
+    wire_ids: Sequence[WireIds] | None = None,
 ) -> Window:
     """Render the planned window. `sent_turns` are the kept turns, oldest first,
-    with their texts already trimmed."""
+    with their texts already trimmed; `wire_ids` their wire ids when settled
+    (settle_wire_ids), else they are worked out again."""
     parts = RequestParts(
         model=frame.parts.model,
         system=frame.parts.system,
@@ -785,6 +798,7 @@ def build_window(
         pairs=tuple(_as_pair(turn) for turn in sent_turns),
         fold=frame.parts.fold,
         max_output_tokens=frame.parts.max_output_tokens,
+        wire_ids=wire_ids,
     )
     body = render_body(policy.wire_format, parts)
     # The plan counted these bytes from recorded sizes; a mismatch would mean
@@ -880,9 +894,10 @@ def select_window(
     ]
     plan = plan_in_frame(frame, (candidate for candidate, _ in measured), policy)
     kept = len(plan.kept_newest_first)
-    plan, sent = settle_wire_ids(
+    settled = settle_wire_ids(
         plan, [sent_turn for _, sent_turn in measured[:kept]][::-1], policy
     )
+    plan = settled.plan
     dropped = report_dropped(
         frame=frame,
         plan=plan,
@@ -894,10 +909,11 @@ def select_window(
     return build_window(
         frame=frame,
         plan=plan,
-        sent_turns=sent,
+        sent_turns=settled.turns,
         dropped=dropped,
         policy=policy,
         counter=counter,
+        wire_ids=settled.wire_ids,
     )
 
 

@@ -30,8 +30,9 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Protocol
 
 __all__ = [
@@ -97,6 +98,7 @@ class CallsOfTurn(Protocol):
     def step_documents(self) -> Sequence[Mapping[str, object]]: ...
 
 
+@lru_cache(maxsize=65_536)  # a window derives the same ids each time it is made
 def derived_id(turn_id: str, index: int, attempt: int = 0) -> str:
     """The id sent for the `index`-th call of turn `turn_id` when its own id
     does not fit (`attempt` > 0 only after an equal derived id)."""
@@ -109,33 +111,50 @@ def request_wire_ids(
 ) -> list[dict[str, str] | None]:
     """For each turn (oldest first), stored id -> wire id where they differ
     (None: every id of the turn is sent as stored)."""
-    rule = ID_RULES[wire_format]
+    keeps = _KEEPS[wire_format]
     used: set[str] = set()
     mapped: list[dict[str, str] | None] = []
     for turn in turns:
-        changes: dict[str, str] | None = None
-        index = 0
-        for step in turn.step_documents:
-            if step["kind"] != "tool_call":
-                continue
-            stored = str(step["call_id"])
+        calls = [
+            step["call_id"]
+            for step in turn.step_documents
+            if step["kind"] == "tool_call"
+        ]
+        # The usual case, at a set lookup and a check per call: every id is
+        # kept (ids are unique within a turn, a rule of its parts).
+        if used.isdisjoint(calls) and all(map(keeps, calls)):
+            used.update(calls)  # type: ignore[arg-type]
+            mapped.append(None)
+            continue
+        changes: dict[str, str] = {}
+        for index, stored in enumerate(map(str, calls)):
             wire = stored
-            if (
-                stored in used
-                or not rule.accepts(stored)
-                or DERIVED_ID.fullmatch(stored)
-            ):
+            if stored in used or not keeps(stored):
                 attempt = 0
                 wire = derived_id(turn.turn_id, index)
                 while wire in used:
                     attempt += 1
                     wire = derived_id(turn.turn_id, index, attempt)
-                changes = {} if changes is None else changes
                 changes[stored] = wire
             used.add(wire)
-            index += 1
         mapped.append(changes)
     return mapped
+
+
+def _keeps(rule: IdRule) -> Callable[[object], bool]:
+    """Whether a stored id may be sent as itself, if no older call used it."""
+
+    def keeps(call_id: object) -> bool:
+        return (
+            isinstance(call_id, str)
+            and rule.accepts(call_id)
+            and not (call_id.startswith("tl_") and DERIVED_ID.fullmatch(call_id))
+        )
+
+    return keeps
+
+
+_KEEPS = {wire_format: _keeps(rule) for wire_format, rule in ID_RULES.items()}
 
 
 def wire_id_growth(
