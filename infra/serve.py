@@ -41,6 +41,8 @@ def run(arguments: argparse.Namespace) -> int:
         )
     if settings.persistence == "postgres":
         _check_database(settings)
+    if settings.persistence != "memory":
+        _open_once(settings)
     uvicorn.run(
         "turnledger.infra.http.app:app_from_environment",
         factory=True,
@@ -57,6 +59,15 @@ def run(arguments: argparse.Namespace) -> int:
         timeout_graceful_shutdown=math.ceil(settings.http_shutdown_timeout_seconds),
     )
     return 0
+
+
+def _open_once(settings: Settings) -> None:
+    """Open the store before any worker starts: a wrong master key or a lost
+    deletion record is refused here in one line, and deletions a restored
+    backup predates are redone before any request can be served."""
+    from turnledger.infra.persistence import open_conversations
+
+    open_conversations(settings).close()
 
 
 def _check_database(settings: Settings) -> None:

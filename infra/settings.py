@@ -78,6 +78,10 @@ class Settings(BaseSettings):
     # store makes a throwaway one; PostgreSQL requires it to be set.
     master_key: SecretStr | None = None
     master_key_file: Path | None = None
+    # Where the deletion record lives (docs/deletion.md, "Restores"): outside
+    # every backup of the store. Unset: beside master_key_file when that is
+    # set, else $XDG_STATE_HOME/turnledger (~/.local/state/turnledger).
+    deletion_record_dir: Path | None = None
 
     max_turn_bytes: PositiveInt = DEFAULT_MAX_TURN_BYTES
 
@@ -199,6 +203,15 @@ class Settings(BaseSettings):
     @property
     def default_master_key_path(self) -> Path:
         return self.data_dir / "master.key"
+
+    @property
+    def deletion_record_directory(self) -> Path:
+        if self.deletion_record_dir is not None:
+            return self.deletion_record_dir
+        if self.master_key_file is not None:
+            return self.master_key_file.parent
+        base = os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state"
+        return Path(base) / "turnledger"
 
     def replica_settings(self) -> Settings | None:
         """These settings with the replica as the database (None: no replica)."""

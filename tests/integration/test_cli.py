@@ -10,6 +10,7 @@ from pathlib import Path
 
 def run_demo(home: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TURNLEDGER_")}
+    env["TURNLEDGER_DELETION_RECORD_DIR"] = os.environ["TURNLEDGER_DELETION_RECORD_DIR"]
     env.update(XDG_DATA_HOME=str(home), COLUMNS="120")
     return subprocess.run(
         [sys.executable, "-m", "turnledger.infra.cli", "demo"],

@@ -134,6 +134,7 @@ def test_bad_users_and_names_are_rejected_and_add_nothing(
 
 def test_the_device_commands_add_list_and_revoke(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TURNLEDGER_")}
+    env["TURNLEDGER_DELETION_RECORD_DIR"] = os.environ["TURNLEDGER_DELETION_RECORD_DIR"]
     env.update(TURNLEDGER_DATA_DIR=str(tmp_path / "data"), COLUMNS="200")
 
     def turnledger(*args: str) -> subprocess.CompletedProcess[str]:
