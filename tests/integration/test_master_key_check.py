@@ -11,6 +11,7 @@ import pytest
 
 from tests.conftest import durable_stores
 from tests.integration.restore_paths import cli
+from turnledger.infra.exit_codes import EXIT_CANNOT_RUN
 from turnledger.infra.persistence import open_conversations
 from turnledger.infra.settings import Settings
 from turnledger.infra.vault import MasterKeyError, master_key_id, new_master_key
@@ -56,7 +57,7 @@ def test_a_different_master_key_is_refused_before_anything_is_sealed(
         open_conversations(other, read_only=True)
     for command in (["restore-check"], ["export", "--owner", "alice"]):
         result = cli(other, *command)
-        assert result.returncode == 1, result.stderr
+        assert result.returncode == EXIT_CANNOT_RUN, result.stderr
         assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
         assert "is not the key of this store" in result.stderr
     # Nothing was sealed under the refused key: the right one reads everything.
