@@ -1178,4 +1178,7 @@ class PostgresReadSideFactory(PostgresFactory):
         super().__init__(env)
         # Connections broken by an outage are replaced, not handed out, with
         # no round trip before a transaction on a connection that is quiet.
-        use_quiet_check(self.datastore)
+        use_quiet_check(
+            self.datastore,
+            target_session_attrs=self.env.get("POSTGRES_TARGET_SESSION_ATTRS", "any"),
+        )
