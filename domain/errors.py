@@ -16,14 +16,15 @@
     ├── FoldConflictError            a fold id is reused, or a fold would cover less
     ├── PurgeIncompleteError         a deletion is recorded but its purge must be re-run
     ├── CheckpointError              a checkpoint, signing key or proof cannot be used
-    │   └── LogInconsistentError     the log does not extend a checkpoint (infra.checkpoint)
+    │   └── LogInconsistentError     the log does not extend a checkpoint
+    │                                (infra.checkpoint)
     ├── ReadSideMismatchError        a read-side row contradicts the log
     ├── DatabaseUnavailableError     the database cannot be reached now: retry later
     ├── LongPollLimitError           a device or user has the most long-polls allowed
     ├── MasterKeyError               the master key is missing, malformed or another one
     │                                (infra.vault)
-    ├── DeletionRecordError          a store is behind its deletion record, or the record
-    │   │                            cannot be read (infra.deletion_record)
+    ├── DeletionRecordError          a store is behind its deletion record, or the
+    │   │                            record cannot be read (infra.deletion_record)
     │   └── DeletionRecordLostError  the record is missing, altered or behind the store
     ├── ServiceError                 the HTTP client got an error it has no class for
     │                                (infra.client)
