@@ -343,7 +343,7 @@ def setting_names() -> list[str]:
     return [ENV_PREFIX + name.upper() for name in Settings.model_fields]
 
 
-def check_environment_names(environ: Mapping[str, str]) -> None:
+def check_environment_names(environ: Mapping[str, object]) -> None:
     """Refuse a TURNLEDGER_* variable that is no setting (a typo runs on defaults).
 
     pydantic-settings never looks at a variable that names no field, so a
