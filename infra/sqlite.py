@@ -407,7 +407,9 @@ class SQLiteReadSideRecorder(SQLiteApplicationRecorder):
     ) -> list[Notification]:
         """The owner's events after log position `after`, oldest first, through
         the per-user feed index (infra/owner_feed.py)."""
-        statement = sqlite_select_owner_events(self.events_table_name, topics=len(topics))
+        statement = sqlite_select_owner_events(
+            self.events_table_name, topics=len(topics)
+        )
         return [
             Notification(
                 id=row["notification_id"],
