@@ -12,6 +12,7 @@ counts against the device's and user's caps).
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -146,8 +147,20 @@ async def _read_or_wait(
             woken = service.signals.current(device.user_id)
             # A wake-up comes after the commit's position is known to this
             # process, so a read on a replica waits until it has replayed it.
-            batch, at = await run_in_threadpool(
-                _pull, service, device.user_id, position, wal, limit
+            # The user's other long-polls holding the same event and cursor
+            # share this read (notifier.SharedReads).
+            batch, at = await service.signals.shared_reads.read(
+                (device.user_id, position, limit, woken),
+                wal,
+                functools.partial(
+                    run_in_threadpool,
+                    _pull,
+                    service,
+                    device.user_id,
+                    position,
+                    wal,
+                    limit,
+                ),
             )
             if waited and await run_in_threadpool(
                 service.registry.is_revoked, device.device_id
