@@ -6,11 +6,12 @@ Starts `turnledger serve` on a loopback port against a fresh schema of the
 PostgreSQL named by TURNLEDGER_POSTGRES_* (default postgres@127.0.0.1:5432),
 then measures, with the project's own client library (httpx):
 
-1. catch-up: device A of user A holds a cursor at the head of the log; other
-   users then write N turns (through the ledger, in batches), and A writes 5
-   turns of its own (HTTP). A's catch-up from its cursor (every page until
-   `has_more` is false) is timed 15 times for each N, the median reported,
-   and the ratio of the largest N's median to the smallest N's;
+1. catch-up: for each N, a user's device holds a cursor behind N turns of
+   other users (written through the ledger, in batches) and 5 changes of its
+   own (a start and 4 turns, over HTTP). Each device's catch-up from its
+   cursor (every page until `has_more` is false) is timed 15 times, the
+   devices in turn, the median reported, and the ratio of the largest N's
+   median to the smallest N's;
 2. writes with listeners: 8 devices of one user writing turns at once through
    `Client.put_turn` (one conversation each), while 2 other devices of that
    user long-poll `/v1/sync` (`Client.sync` with a timeout), so every write is
@@ -21,8 +22,9 @@ then measures, with the project's own client library (httpx):
    long-polling device (median, p99). `--rounds` rounds, each with its
    baseline; the median ratio is reported.
 
-`--profile FILE` also records the service under part 2 with py-spy (a
-flame graph in SVG) when py-spy is installed.
+`--profile FILE` also records the service during the first round of part 2
+with listeners, with py-spy when it is installed (`pip install py-spy`): a
+flame graph if FILE ends in .svg, collapsed stacks otherwise.
 
 Client and server share the machine, so the figures include the client's cost.
 """
@@ -102,37 +104,50 @@ def others_write(ledger: Conversations, turns: int, tag: str) -> None:
         written += count
 
 
+def head_cursor(client: Client) -> str:
+    """The client's cursor once it has read everything there is."""
+    cursor = None
+    while True:
+        page = client.sync(since=cursor, limit=1000)
+        cursor = page.next_cursor
+        if not page.has_more:
+            return cursor
+
+
 def measure_catch_up(
-    settings: Settings, client: Client, counts: list[int]
+    settings: Settings, readers: dict[int, Client]
 ) -> dict[int, float]:
+    """Each reader (one user per count) behind `count` other users' turns
+    and 5 of its own; their catch-ups timed in turns, so that the machine's
+    drift falls on every count alike."""
     ledger = open_conversations(settings)
-    own = client.start_conversation().conversation_id
-    medians = {}
+    cursors: dict[int, str] = {}
+    counts = sorted(readers, reverse=True)
     try:
-        for count in counts:
-            cursor = client.sync().next_cursor
-            while True:  # at the head
-                page = client.sync(since=cursor, limit=1000)
-                cursor = page.next_cursor
-                if not page.has_more:
-                    break
-            others_write(ledger, count, tag=f"n{count}")
-            for n in range(OWN_CHANGES):
-                client.put_turn(own, f"own-{count}-{n}", question="q", answer="a")
-            runs = []
-            for _ in range(CATCH_UP_RUNS):
-                seconds, changes = catch_up_seconds(client, cursor)
-                assert changes == OWN_CHANGES, changes
-                runs.append(seconds)
-            medians[count] = statistics.median(runs)
-            print(
-                f"  catch-up of {OWN_CHANGES} own changes behind {count:>6} others' "
-                f"turns: median {medians[count] * 1000:.1f} ms "
-                f"(min {min(runs) * 1000:.1f}, max {max(runs) * 1000:.1f})",
-                flush=True,
-            )
+        for count, following in zip(counts, [*counts[1:], 0], strict=True):
+            cursors[count] = head_cursor(readers[count])
+            others_write(ledger, count - following, tag=f"n{count}")
     finally:
         ledger.close()
+    for client in readers.values():
+        own = client.start_conversation().conversation_id
+        for n in range(OWN_CHANGES - 1):  # the start is a change too
+            client.put_turn(own, f"own-{n}", question="q", answer="a")
+    runs: dict[int, list[float]] = {count: [] for count in counts}
+    for _ in range(CATCH_UP_RUNS):
+        for count in counts:
+            seconds, changes = catch_up_seconds(readers[count], cursors[count])
+            assert changes == OWN_CHANGES, changes
+            runs[count].append(seconds)
+    medians = {}
+    for count in sorted(counts):
+        medians[count] = statistics.median(runs[count])
+        print(
+            f"  catch-up of {OWN_CHANGES} own changes behind {count:>6} others' "
+            f"turns: median {medians[count] * 1000:.1f} ms "
+            f"(min {min(runs[count]) * 1000:.1f}, max {max(runs[count]) * 1000:.1f})",
+            flush=True,
+        )
     return medians
 
 
@@ -154,17 +169,9 @@ class Listener:
     def __init__(self, base_url: str, token: str) -> None:
         self.client = Client(base_url, token)
         self.arrived: dict[str, float] = {}
-        self._cursor = self._head()
+        self._cursor = head_cursor(self.client)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _head(self) -> str:
-        cursor = None
-        while True:
-            page = self.client.sync(since=cursor, limit=1000)
-            cursor = page.next_cursor
-            if not page.has_more:
-                return cursor
 
     def start(self) -> None:
         self._thread.start()
@@ -238,8 +245,13 @@ def start_profile(pid: int, output: str) -> subprocess.Popen[bytes] | None:
     if not Path(py_spy).exists():
         print("  (py-spy is not installed: no profile)")
         return None
+    # An .svg file gets a flame graph; any other, collapsed stacks (text).
+    form = "flamegraph" if output.endswith(".svg") else "raw"
     return subprocess.Popen(
-        [py_spy, "record", "--pid", str(pid), "--output", output, "--idle", "-r", "200"]
+        [py_spy, "record", "--pid", str(pid), "--output", output]
+        + ["--format", form, "--rate", "200", "--threads"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
 
 
@@ -263,17 +275,23 @@ def main() -> int:
     registry = open_device_registry(settings)
     tokens = [
         registry.add("bench-user", f"device-{n}").token
-        for n in range(WRITERS + LISTENERS + 1)
+        for n in range(WRITERS + LISTENERS)
     ]
+    reader_tokens = {
+        count: registry.add(f"reader-{count}", "phone").token for count in counts
+    }
     registry.close()
     log = Path(f"/tmp/turnledger-{schema}.log")
     process, base_url = start_server(settings, log, 1)
     try:
         print(f"part 1: catch-up ({time.strftime('%H:%M:%S')} UTC)", flush=True)
-        with Client(base_url, tokens[-1]) as reader:
-            medians = measure_catch_up(settings, reader, counts)
-        ratio = medians[counts[-1]] / medians[counts[0]]
-        print(f"  ratio {counts[-1]} / {counts[0]}: {ratio:.2f} (target <= 1.5)")
+        readers = {count: Client(base_url, t) for count, t in reader_tokens.items()}
+        medians = measure_catch_up(settings, readers)
+        for reader in readers.values():
+            reader.close()
+        low, high = min(counts), max(counts)
+        ratio = medians[high] / medians[low]
+        print(f"  ratio {high} / {low}: {ratio:.2f} (target <= 1.5)", flush=True)
         print(f"part 2: writes with listeners ({time.strftime('%H:%M:%S')} UTC)")
         writers = [Client(base_url, token) for token in tokens[:WRITERS]]
         listener_tokens = tokens[WRITERS : WRITERS + LISTENERS]

@@ -11,7 +11,9 @@ from fastapi.testclient import TestClient
 
 from turnledger.infra.http.app import create_app
 from turnledger.infra.http.notifier import SharedReads
+from turnledger.infra.http.sync_routes import _change_out
 from turnledger.infra.settings import Settings
+from turnledger.infra.wire.schemas import SyncOut
 
 
 def test_waiters_holding_one_key_share_one_read() -> None:
@@ -122,3 +124,42 @@ def test_one_change_woken_for_three_devices_is_read_once(settings: Settings) -> 
     assert all([c["turn_id"] for c in a["changes"]] == ["t1"] for a in answers)
     assert reads_with_changes == [1]
     assert service.signals.shared_reads.joined >= 2
+
+
+def test_the_spliced_answer_is_the_sync_model_as_documented(settings: Settings) -> None:
+    """The route splices the changes' JSON rendered once per read; the answer
+    must be what the documented SyncOut gives for the same read."""
+    app = create_app(settings)
+    with TestClient(app) as http:
+        service = app.state.service
+        token = service.registry.add("ann", "phone").token
+        ledger = service.ledger
+        conversation = ledger.start_conversation("ann")
+        ledger.confirm_turn(
+            "ann",
+            conversation,
+            turn_id="t1",
+            question='naïve "quoted"\n\ttext \u2028 🚀 <b>&</b>',
+            answer="\\ backslash \x7f",
+        )
+        ledger.record_abandoned_turn(
+            "ann", conversation, turn_id="t2", question="q", outcome="stopped"
+        )
+        ledger.confirm_turn("ann", conversation, turn_id="t3", question="q", answer="a")
+        ledger.delete_history("ann", conversation, turn_ids=["t3"])
+        answer = http.get(
+            "/v1/sync",
+            headers={"Authorization": f"Bearer {token}"},
+            params={"limit": 4},
+        )
+        batch = service.feed.changes_since("ann", 0, limit=4)
+    assert answer.status_code == 200
+    assert answer.headers["content-type"] == "application/json"
+    body = answer.json()
+    documented = SyncOut(
+        changes=[_change_out(change) for change in batch.changes],
+        next_cursor=body["next_cursor"],
+        has_more=True,
+    )
+    assert body == documented.model_dump(mode="json")
+    assert SyncOut.model_validate_json(answer.content) == documented
