@@ -17,20 +17,18 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from tests.integration import test_transparency_attacks as attacks
 from tests.integration.forger import Forger
 from tests.integration.test_audit import run_turns
-from tests.integration.test_transparency_attacks import (  # noqa: F401 - fixtures
-    SQL_STORES,
-    cli_audit,
-    located,
-    signed,
-    store,
-)
-from turnledger.domain.findings import LOG_CHANGED, LOG_REMOVED
+from tests.integration.test_transparency_attacks import SQL_STORES, cli_audit, located
+from turnledger.domain.findings import LOG_REMOVED
 from turnledger.infra.checkpoint import checkpoint_files
 from turnledger.infra.cli import main
 from turnledger.infra.persistence import open_conversations
 from turnledger.infra.settings import Settings
+
+signed = attacks.signed  # the fixtures: a signed store with a checkpoint
+store = attacks.store
 
 
 def cache_sql(settings: Settings, statement: str, params: tuple[Any, ...] = ()) -> Any:
@@ -126,7 +124,7 @@ def test_a_zeroed_cache_node_stops_the_next_checkpoint(
         settings, "UPDATE {leaves} SET leaf_hash = %s WHERE position = 3", (bytes(32),)
     )
     assert main(["checkpoint", "--out", str(store["out"])]) == 1
-    assert "leaf" in capsys.readouterr().err
+    assert "level 1 index 1 (over leaves 2..3)" in capsys.readouterr().err
 
 
 @SQL_STORES
