@@ -10,7 +10,12 @@ such a request may still complete afterwards, so a 503 means "not
 acknowledged", not "not written": retried with the same turn id or client key,
 the request is answered from what was recorded (docs/sync.md).
 
-The probe recovers by itself: the first successful check serves requests again.
+The probe recovers by itself. While the database is down it looks every 0.2 s,
+and it says "available" again only once the service's own pools each lend a
+connection that answers (`recover`, `PoolsServe`): a separate connection that
+answers proves nothing about pools still backing off, and a request let through
+too early would wait for them (5-11 s, before the pools gave up their back-off
+quickly: infra/pool_check.py).
 """
 
 from __future__ import annotations
@@ -22,15 +27,21 @@ import sqlite3
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import eventsourcing.persistence as es_persistence
 import psycopg
+from eventsourcing.postgres import PostgresDatastore
 from fastapi import FastAPI, Request
+from psycopg_pool import ConnectionPool
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from turnledger.domain.errors import DatabaseUnavailableError
+from turnledger.infra.devices import DeviceRegistry
 from turnledger.infra.http.errors import ErrorJSONResponse, error_response
+from turnledger.infra.pool_check import pool_serves
+from turnledger.infra.service_layer.application import Conversations
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +76,10 @@ class DatabaseMonitor:
     """Checks the database on a schedule and says whether it is reachable.
 
     `check` is awaited with a deadline; raising or running past it means
-    unavailable. Use from the event loop only (except `poke_threadsafe`).
+    unavailable. While unavailable, `recover` must pass too (same deadline)
+    before the database is said to be available again; `on_outage` is called
+    each time the database is found unavailable. Use from the event loop only
+    (except `poke_threadsafe`).
     """
 
     def __init__(
@@ -74,8 +88,12 @@ class DatabaseMonitor:
         *,
         interval: float,
         timeout: float,
+        recover: Callable[[], Awaitable[None]] | None = None,
+        on_outage: Callable[[], None] | None = None,
     ) -> None:
         self._check = check
+        self._recover = recover
+        self._on_outage = on_outage
         self._interval = interval
         self._timeout = timeout
         self._state = Availability(available=True, since=time.time())
@@ -133,6 +151,8 @@ class DatabaseMonitor:
     async def check_now(self) -> Availability:
         try:
             await asyncio.wait_for(self._check(), self._timeout)
+            if not self._state.available and self._recover is not None:
+                await asyncio.wait_for(self._recover(), self._timeout)
         except Exception as error:  # any failure of the check means "down"
             reason = (
                 f"no answer within {self._timeout:g} s"
@@ -157,6 +177,8 @@ class DatabaseMonitor:
             watchers, self._outage_watchers = self._outage_watchers, set()
             for watcher in watchers:
                 watcher()
+            if self._on_outage is not None:
+                self._on_outage()
 
     async def _run(self) -> None:
         while not self._stopping:
@@ -209,12 +231,75 @@ class PostgresCheck:
                 await connection.close()
 
 
+def service_pools(
+    ledger: Conversations, registry: DeviceRegistry
+) -> list[ConnectionPool[Any]]:
+    """The psycopg pools requests are served from: the event store's, the key
+    store's and the device store's (none off PostgreSQL)."""
+    pools: list[ConnectionPool[Any]] = []
+    datastore = getattr(ledger.recorder, "datastore", None)
+    if isinstance(datastore, PostgresDatastore):
+        pools.append(datastore.pool)
+    for part in (ledger.vault.purge_view, registry):
+        found = getattr(part, "connection_pools", None)
+        if found is not None:
+            pools.extend(found())
+    return pools
+
+
+class PoolsServe:
+    """Passes when every pool lends a connection that answers `SELECT 1`.
+
+    What readiness waits for after an outage: requests are served from these
+    pools, so the service is ready when they are.
+    """
+
+    def __init__(self, pools: list[ConnectionPool[Any]], *, timeout: float) -> None:
+        self._pools = pools
+        self._timeout = timeout
+
+    async def __call__(self) -> None:
+        await asyncio.to_thread(self._serve_all)
+
+    def drop_broken(self) -> None:
+        """At an outage (or a failover), drop from every pool the idle
+        connections it broke, in a worker thread, before requests take them:
+        a pool that lends a broken connection replaces it, but sleeps 1 s, then
+        2 s..., before the next (psycopg_pool's back-off), and the one thread
+        that writes turns would sleep so with every write queued behind it."""
+        asyncio.get_running_loop().run_in_executor(None, self._check_all)
+
+    def _check_all(self) -> None:
+        for pool in self._pools:
+            try:
+                pool.check()
+            except Exception as error:  # the next check tries again
+                logger.warning("pool %s: %s", pool.name, _one_line(error))
+
+    def _serve_all(self) -> None:
+        for pool in self._pools:
+            try:
+                pool_serves(pool, self._timeout)
+            except Exception as error:
+                raise PoolNotServingError(
+                    f"pool {pool.name}: {_one_line(error)}"
+                ) from error
+
+
+class PoolNotServingError(Exception):
+    """A pool of the service does not lend a working connection yet."""
+
+
 class DatabaseGuard:
     """Answers 503 on every guarded route while the database is unavailable.
 
     A request in flight when the probe fails is answered 503 at once unless its
     response has started; its work is left to finish or fail on its own, and
-    whatever it would have answered is dropped.
+    whatever it would have answered is dropped. So is a write (a turn, a new
+    conversation) still unanswered after `write_deadline` seconds: the
+    database answers the check but does not commit (a new primary waiting for
+    its synchronous standby), and the device is told to retry rather than
+    left waiting.
     """
 
     def __init__(
@@ -224,11 +309,13 @@ class DatabaseGuard:
         monitor: Callable[[], DatabaseMonitor | None],
         unguarded: frozenset[str],
         retry_after: int,
+        write_deadline: float | None = None,
     ) -> None:
         self.app = app
         self._monitor = monitor
         self._unguarded = unguarded
         self._retry_after = retry_after
+        self._write_deadline = write_deadline
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         monitor = self._monitor()
@@ -262,9 +349,23 @@ class DatabaseGuard:
                 unavailable_response(self._retry_after)(scope, receive, send)
             )
 
-        # The request runs in its own task; only an outage starts another one,
-        # which answers 503 while the work goes on to finish or fail.
+        def on_deadline() -> None:
+            if not (started or answered):
+                logger.warning(
+                    "a write unanswered after %g s answered 503", self._write_deadline
+                )
+                monitor.poke()
+            on_outage()
+
+        # The request runs in its own task; only an outage (or a deadline)
+        # starts another one, which answers 503 while the work goes on to
+        # finish or fail.
         monitor.watch_outage(on_outage)
+        timer = (
+            asyncio.get_running_loop().call_later(self._write_deadline, on_deadline)
+            if self._write_deadline is not None and _is_write(scope)
+            else None
+        )
         try:
             await self.app(scope, receive, guarded_send)
         except Exception as error:
@@ -275,9 +376,19 @@ class DatabaseGuard:
                     "a request answered 503 later failed: %s", _one_line(error)
                 )
         finally:
+            if timer is not None:
+                timer.cancel()
             monitor.unwatch_outage(on_outage)
             if answering is not None:
                 await answering
+
+
+def _is_write(scope: Scope) -> bool:
+    """A turn write or a conversation start: what devices send all the time."""
+    method, path = scope["method"], scope["path"]
+    if method == "PUT":
+        return "/turns/" in path
+    return method == "POST" and path.rstrip("/") == "/v1/conversations"
 
 
 def install_outage_handlers(app: FastAPI, *, retry_after: int) -> None:

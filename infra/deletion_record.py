@@ -1,0 +1,249 @@
+"""The deletion record: every destroyed key's id, kept where backups of the
+store do not reach (docs/deletion.md, "Restores").
+
+A text file, append-only, one line per deletion after a header line. A line
+is `<sha256 hex> <json>`, where the hash covers the previous line's hash and
+this line's JSON: changing, removing or reordering any line but the last
+breaks every hash after it. The JSON holds ids only (conversation, key ids,
+the log position of the deletion, a timestamp): no text and no sizes, nothing
+that confirms a guess of a deleted text.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import secrets
+import threading
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import BinaryIO
+from uuid import UUID
+
+import orjson
+
+from turnledger.domain.errors import TurnLedgerError
+
+FORMAT = "turnledger-deletion-record/1"
+
+
+class DeletionRecordError(TurnLedgerError):
+    """Raised when a store is behind its deletion record and may not be
+    repaired here (a read-only open), or the record cannot be read."""
+
+
+class DeletionRecordLostError(DeletionRecordError):
+    """Raised when the deletion record is missing, altered, replaced or
+    behind the store: deletions it should remember may be forgotten."""
+
+
+# A destroyed key: (conversation id as 32 hex digits, key id). Strings, not
+# UUIDs: a start-up compares 100,000 of them.
+KeyRef = tuple[str, str]
+
+
+@dataclass(slots=True)
+class RecordState:
+    """What the record says, verified line by line."""
+
+    record_id: str
+    head: bytes  # hash of the last line read
+    size: int  # bytes read, up to the last complete line
+    entries: int = 0
+    # Every key recorded, with the number of the entry that recorded it.
+    ids: dict[KeyRef, int] = field(default_factory=dict)
+
+    def entries_naming(self, keys: Iterable[KeyRef]) -> int:
+        """How many entries (deletions) name at least one of `keys`."""
+        return len({self.ids[key] for key in keys if key in self.ids})
+
+
+class DeletionRecord:
+    """One record file; safe to append from several threads and processes."""
+
+    def __init__(self, path: Path, record_id: str | None = None) -> None:
+        """`record_id`: the id a record created here gets (default: random)."""
+        self.path = path
+        self._new_id = record_id or secrets.token_hex(16)
+        self._state: RecordState | None = None
+        self._lock = threading.Lock()
+
+    def exists(self) -> bool:
+        return self.path.exists()
+
+    def create(self) -> RecordState:
+        """Start an empty record (refused if one exists: it is never replaced)."""
+        header = orjson.dumps(
+            {
+                "format": FORMAT,
+                "record_id": self._new_id,
+                "created_at": datetime.now(UTC).isoformat(),
+            }
+        ).decode()
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        descriptor = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "w") as handle:
+            handle.write(header + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        _sync_directory(self.path.parent)
+        return self.load()
+
+    def load(self) -> RecordState:
+        """Read and verify the whole record."""
+        with self._lock, open(self.path, "rb") as handle:
+            fcntl.flock(handle, fcntl.LOCK_SH)
+            self._state = _read(handle.read(), self.path)
+            return self._state
+
+    def remember(
+        self, conversation_id: UUID, key_ids: Collection[str], *, position: int
+    ) -> None:
+        """Append a deletion of those keys not recorded yet, durably."""
+        self.remember_many([(conversation_id, key_ids, position)])
+
+    def remember_all(self, ids: Iterable[KeyRef], *, position: int) -> None:
+        """Append these keys, one entry per conversation."""
+        by_conversation: dict[UUID, list[str]] = {}
+        for conversation_hex, key_id in ids:
+            by_conversation.setdefault(UUID(hex=conversation_hex), []).append(key_id)
+        self.remember_many(
+            [(c, keys, position) for c, keys in sorted(by_conversation.items())]
+        )
+
+    def remember_many(
+        self, deletions: Iterable[tuple[UUID, Collection[str], int]]
+    ) -> None:
+        """Append one entry per deletion (conversation, key ids, log position),
+        leaving out keys already recorded; one write and one fsync in all."""
+        with self._lock, open(self.path, "r+b") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            state = self._caught_up(handle)
+            lines: list[bytes] = []
+            for conversation_id, key_ids, position in deletions:
+                line = _entry(state, conversation_id, key_ids, position)
+                if line is not None:
+                    lines.append(line)
+            if not lines:
+                return
+            data = b"".join(lines)
+            try:
+                handle.truncate(state.size)  # drop a line torn by a crash, if any
+                handle.seek(state.size)
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            except BaseException:
+                self._state = None  # read again from the file next time
+                raise
+            state.size += len(data)
+
+    def _caught_up(self, handle: BinaryIO) -> RecordState:
+        """The state including lines other processes appended since."""
+        size = os.fstat(handle.fileno()).st_size
+        if self._state is None or self._state.size > size:
+            handle.seek(0)
+            self._state = _read(handle.read(), self.path)
+        elif self._state.size < size:
+            handle.seek(self._state.size)
+            _read_entries(handle.read(), self._state, self.path)
+        return self._state
+
+
+def _entry(
+    state: RecordState,
+    conversation_id: UUID,
+    key_ids: Collection[str],
+    position: int,
+) -> bytes | None:
+    """The line recording these keys (None: all recorded), added to `state`."""
+    conversation = conversation_id.hex
+    new = sorted({key for key in key_ids if (conversation, key) not in state.ids})
+    if not new:
+        return None
+    body = orjson.dumps(
+        {
+            "n": state.entries + 1,
+            "c": conversation,
+            "k": new,
+            "p": position,
+            "at": datetime.now(UTC).isoformat(),
+        }
+    )
+    digest = hashlib.sha256(state.head + body).digest()
+    _add_entry(state, conversation, new, digest)
+    return digest.hex().encode() + b" " + body + b"\n"
+
+
+def _read(data: bytes, path: Path) -> RecordState:
+    end = data.find(b"\n")
+    if end < 0:
+        raise DeletionRecordLostError(f"the deletion record {path} has no header")
+    try:
+        header = orjson.loads(data[:end])
+        if header.get("format") != FORMAT:
+            raise ValueError(header.get("format"))
+        record_id = str(header["record_id"])
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise DeletionRecordLostError(
+            f"the deletion record {path} has no valid header"
+        ) from None
+    state = RecordState(
+        record_id=record_id,
+        head=hashlib.sha256(data[:end]).digest(),
+        size=end + 1,
+    )
+    _read_entries(data[end + 1 :], state, path)
+    return state
+
+
+def _read_entries(data: bytes, state: RecordState, path: Path) -> None:
+    # A last line without its newline was torn by a crash while appending: the
+    # deletion it was writing had not been done yet (its keys are destroyed
+    # only after the line is durable), and the next append replaces it.
+    complete = data[: data.rfind(b"\n") + 1]
+    sha256, loads, ids, head = hashlib.sha256, orjson.loads, state.ids, state.head
+    number = state.entries
+    for line in complete.splitlines():
+        number += 1
+        digest_hex, _, body = line.partition(b" ")
+        digest = sha256(head + body).digest()
+        if digest.hex().encode() != digest_hex:
+            raise DeletionRecordLostError(
+                f"the deletion record {path} was altered at entry {number}: its "
+                "hash chain is broken"
+            )
+        try:
+            entry = loads(body)
+            conversation, key_ids = entry["c"], entry["k"]
+            for key in key_ids:
+                ids.setdefault((conversation, key), number)
+        except (ValueError, KeyError, TypeError):
+            raise DeletionRecordLostError(
+                f"the deletion record {path} is damaged at entry {number}"
+            ) from None
+        head = digest
+    state.entries, state.head = number, head
+    state.size += len(complete)
+
+
+def _add_entry(
+    state: RecordState, conversation: str, key_ids: list[str], digest: bytes
+) -> None:
+    state.entries += 1
+    number = state.entries
+    ids = state.ids
+    for key in key_ids:
+        ids.setdefault((conversation, key), number)
+    state.head = digest
+
+
+def _sync_directory(directory: Path) -> None:
+    descriptor = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
