@@ -55,6 +55,8 @@ class RecordState:
     entries: int = 0
     # Every key recorded, with the number of the entry that recorded it.
     ids: dict[KeyRef, int] = field(default_factory=dict)
+    # The highest log position a recorded deletion was at.
+    max_position: int = 0
 
     def entries_naming(self, keys: Iterable[KeyRef]) -> int:
         """How many entries (deletions) name at least one of `keys`."""
@@ -184,6 +186,7 @@ def _entry(
     )
     digest = hashlib.sha256(state.head + body).digest()
     _add_entry(state, conversation, new, digest)
+    state.max_position = max(state.max_position, position)
     return digest.hex().encode() + b" " + body + b"\n"
 
 
@@ -215,7 +218,7 @@ def _read_entries(data: bytes, state: RecordState, path: Path) -> None:
     # only after the line is durable), and the next append replaces it.
     complete = data[: data.rfind(b"\n") + 1]
     sha256, loads, ids, head = hashlib.sha256, orjson.loads, state.ids, state.head
-    number = state.entries
+    number, max_position = state.entries, state.max_position
     for line in complete.splitlines():
         number += 1
         digest_hex, _, body = line.partition(b" ")
@@ -227,7 +230,9 @@ def _read_entries(data: bytes, state: RecordState, path: Path) -> None:
             )
         try:
             entry = loads(body)
-            conversation, key_ids = entry["c"], entry["k"]
+            conversation, key_ids, position = entry["c"], entry["k"], entry["p"]
+            if position > max_position:
+                max_position = position
             for key in key_ids:
                 ids.setdefault((conversation, key), number)
         except (ValueError, KeyError, TypeError):
@@ -235,7 +240,7 @@ def _read_entries(data: bytes, state: RecordState, path: Path) -> None:
                 f"the deletion record {path} is damaged at entry {number}"
             ) from None
         head = digest
-    state.entries, state.head = number, head
+    state.entries, state.head, state.max_position = number, head, max_position
     state.size += len(complete)
 
 

@@ -52,6 +52,15 @@ class RestoreReport:
     compaction_pending: bool = False
     # The record was started (or caught up) from this store's own list.
     adopted: bool = False
+    # Where the restored log ended, and the highest log position a recorded
+    # deletion was at: beyond the first, devices' cursors name events the
+    # restore lost, and positions later events will reuse.
+    log_head: int = 0
+    recorded_position: int = 0
+
+    @property
+    def log_rewound(self) -> bool:
+        return self.deletions_behind > 0 and self.recorded_position > self.log_head
 
     def describe(self) -> str:
         if not self.deletions_behind:
@@ -62,6 +71,14 @@ class RestoreReport:
             f"deletion(s) recorded in {self.record_path}: "
             f"{self.keys_destroyed_again} key(s) destroyed again, "
             f"{self.turns_deleted_again} turn(s) deleted again in the log{pending}"
+            + (
+                f"; the restored log ended at position {self.log_head}, deletions "
+                f"were recorded up to position {self.recorded_position}: devices "
+                f"that synced past {self.log_head} must sync again from the "
+                "beginning"
+                if self.log_rewound
+                else ""
+            )
         )
 
 
@@ -136,7 +153,12 @@ def _check(
     missing = {key for key in state.ids if key not in destroyed}
     behind = state.entries_naming(missing)
     report = RestoreReport(
-        record.path, deletions_behind=behind, keys_behind=len(missing), adopted=adopted
+        record.path,
+        deletions_behind=behind,
+        keys_behind=len(missing),
+        adopted=adopted,
+        log_head=ledger.recorder.max_notification_id() or 0,
+        recorded_position=state.max_position,
     )
     if missing and not apply:
         raise DeletionRecordError(
@@ -230,6 +252,8 @@ def _redo(
         keys_destroyed_again=present,
         compaction_pending=pending or store.needs_compaction(ledger.name),
         adopted=report.adopted,
+        log_head=report.log_head,
+        recorded_position=report.recorded_position,
     )
 
 

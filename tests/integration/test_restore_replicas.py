@@ -76,7 +76,11 @@ def test_devices_audits_and_checkpoints_see_the_restore(tmp_path: Path) -> None:
     assert early.returncode == 2
     assert "restored from before 1 deletion(s)" in early.stderr
 
-    app = create_app(settings)  # the service's start: t1 is deleted again
+    checked = cli(settings, "restore-check")  # as the service's start does
+    assert checked.returncode == 0, checked.stderr
+    assert "restored from before 1 deletion(s)" in checked.stdout
+    assert "must sync again from the beginning" in checked.stdout  # says so
+    app = create_app(settings)
     with TestClient(app) as http:
         stale = http.get("/v1/sync", headers=auth, params={"since": cursor})
         fresh = http.get("/v1/sync", headers=auth).json()
