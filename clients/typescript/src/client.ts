@@ -254,10 +254,13 @@ export class Client {
   }
 
   private async fetchOnce(call: Call): Promise<Response> {
-    const url = new URL(this.baseUrl + call.path, "http://placeholder.invalid");
+    const params = new URLSearchParams();
     for (const [name, value] of Object.entries(call.query ?? {})) {
-      if (value !== undefined) url.searchParams.set(name, String(value));
+      if (value !== undefined) params.set(name, String(value));
     }
+    const query = params.toString();
+    // baseUrl "" sends same-origin requests (the web page).
+    const target = this.baseUrl + call.path + (query ? `?${query}` : "");
     const headers: Record<string, string> = {
       Authorization: `Bearer ${this.token}`,
       Accept: "application/json",
@@ -266,7 +269,6 @@ export class Client {
     if (this.position !== null) headers[POSITION_HEADER] = this.position;
     const timeout = AbortSignal.timeout(call.timeoutMs ?? this.timeoutMs);
     const signal = call.signal ? AbortSignal.any([call.signal, timeout]) : timeout;
-    const target = /^https?:/.test(this.baseUrl) ? url.href : url.pathname + url.search;
     return this.fetchImpl(target, {
       method: call.method,
       headers,

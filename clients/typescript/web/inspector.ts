@@ -4,7 +4,7 @@
 // verified here with WebCrypto).
 
 import type { WindowOut, WindowPolicy } from "../src/client.js";
-import { ProofUnavailableError } from "../src/errors.js";
+import { ProofUnavailableError, ServiceError } from "../src/errors.js";
 import { bytesToHex, sha256, verifyInclusionProof } from "../src/proof.js";
 import type { LocalTurn } from "../src/sync.js";
 import { byId, el, replaceChildren } from "./dom.js";
@@ -21,15 +21,15 @@ const PRESETS: Record<string, Limits> = {
   },
   tokens: {
     max_bytes: 1_048_576, max_tokens: 60, max_messages: null, context_tokens: null,
-    floor_messages: 0, fold_threshold_tokens: 30, reserved_output_tokens: 0,
+    floor_messages: 0, fold_threshold_tokens: 30, reserved_output_tokens: 16,
   },
   count: {
     max_bytes: 1_048_576, max_tokens: null, max_messages: 4, context_tokens: null,
-    floor_messages: 0, fold_threshold_tokens: 2000, reserved_output_tokens: 0,
+    floor_messages: 0, fold_threshold_tokens: 2000, reserved_output_tokens: 16,
   },
   bytes: {
     max_bytes: 900, max_tokens: null, max_messages: null, context_tokens: null,
-    floor_messages: 0, fold_threshold_tokens: 2000, reserved_output_tokens: 0,
+    floor_messages: 0, fold_threshold_tokens: 2000, reserved_output_tokens: 16,
   },
   context: {
     max_bytes: 1_048_576, max_tokens: null, max_messages: null, context_tokens: 150,
@@ -110,7 +110,7 @@ export async function showWindow(session: Session): Promise<void> {
     );
     status.textContent = `Window of ${window.byte_length} bytes, ${window.kept_turn_ids.length} turn(s) kept.`;
   } catch (error) {
-    status.textContent = `No window: ${String(error)}`;
+    status.textContent = `No window: ${describe(error)}`;
   }
 }
 
@@ -219,4 +219,11 @@ export async function verifyProof(session: Session): Promise<void> {
     result.dataset.result = "unavailable";
     result.textContent = `No proof: ${String(error)}`;
   }
+}
+
+/** An error with the fields the service named, for the status line. */
+export function describe(error: unknown): string {
+  if (!(error instanceof ServiceError) || !error.details) return String(error);
+  const fields = error.details.map((d) => `${d.location.slice(1).join(".")}: ${d.message}`);
+  return `${error.message} (${fields.join("; ")})`;
 }

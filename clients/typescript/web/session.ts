@@ -18,7 +18,7 @@ export class Session {
   synced = false;
 
   constructor(token: string) {
-    this.client = new Client(window.location.origin, token);
+    this.client = new Client("", token);
   }
 
   static stored(): string | null {

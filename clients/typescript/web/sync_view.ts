@@ -84,7 +84,7 @@ function turnItem(session: Session, conversation: LocalConversation, turn: Local
   remove.addEventListener("click", () => {
     remove.disabled = true;
     session.client.deleteHistory(conversation.conversationId, [turn.turnId]).catch((error: unknown) => {
-      byId("sync-status").textContent = `Delete failed: ${String(error)}`;
+      byId("action-status").textContent = `Delete failed: ${String(error)}`;
       remove.disabled = false;
     });
   });
@@ -104,7 +104,7 @@ export function wireSyncControls(
       .startConversation()
       .then((created) => select(created.conversation_id))
       .catch((error: unknown) => {
-        byId("sync-status").textContent = `Could not start a conversation: ${String(error)}`;
+        byId("action-status").textContent = `Could not start a conversation: ${String(error)}`;
       });
   });
   const form = byId<HTMLFormElement>("turn-form");
@@ -123,10 +123,10 @@ export function wireSyncControls(
       .then(() => {
         question.value = "";
         answer.value = "";
-        byId("sync-status").textContent = `Turn ${turnId} recorded`;
+        byId("action-status").textContent = `Turn ${turnId} recorded`;
       })
       .catch((error: unknown) => {
-        byId("sync-status").textContent = `Turn not recorded: ${String(error)}`;
+        byId("action-status").textContent = `Turn not recorded: ${String(error)}`;
       });
   });
 }

@@ -177,11 +177,14 @@ export class Client {
         }
     }
     async fetchOnce(call) {
-        const url = new URL(this.baseUrl + call.path, "http://placeholder.invalid");
+        const params = new URLSearchParams();
         for (const [name, value] of Object.entries(call.query ?? {})) {
             if (value !== undefined)
-                url.searchParams.set(name, String(value));
+                params.set(name, String(value));
         }
+        const query = params.toString();
+        // baseUrl "" sends same-origin requests (the web page).
+        const target = this.baseUrl + call.path + (query ? `?${query}` : "");
         const headers = {
             Authorization: `Bearer ${this.token}`,
             Accept: "application/json",
@@ -192,7 +195,6 @@ export class Client {
             headers[POSITION_HEADER] = this.position;
         const timeout = AbortSignal.timeout(call.timeoutMs ?? this.timeoutMs);
         const signal = call.signal ? AbortSignal.any([call.signal, timeout]) : timeout;
-        const target = /^https?:/.test(this.baseUrl) ? url.href : url.pathname + url.search;
         return this.fetchImpl(target, {
             method: call.method,
             headers,

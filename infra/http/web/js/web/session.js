@@ -12,7 +12,7 @@ export class Session {
     lastError = null;
     synced = false;
     constructor(token) {
-        this.client = new Client(window.location.origin, token);
+        this.client = new Client("", token);
     }
     static stored() {
         return window.sessionStorage.getItem(TOKEN_KEY);

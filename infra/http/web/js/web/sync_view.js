@@ -58,7 +58,7 @@ function turnItem(session, conversation, turn) {
     remove.addEventListener("click", () => {
         remove.disabled = true;
         session.client.deleteHistory(conversation.conversationId, [turn.turnId]).catch((error) => {
-            byId("sync-status").textContent = `Delete failed: ${String(error)}`;
+            byId("action-status").textContent = `Delete failed: ${String(error)}`;
             remove.disabled = false;
         });
     });
@@ -73,7 +73,7 @@ export function wireSyncControls(current, selection, select) {
             .startConversation()
             .then((created) => select(created.conversation_id))
             .catch((error) => {
-            byId("sync-status").textContent = `Could not start a conversation: ${String(error)}`;
+            byId("action-status").textContent = `Could not start a conversation: ${String(error)}`;
         });
     });
     const form = byId("turn-form");
@@ -93,10 +93,10 @@ export function wireSyncControls(current, selection, select) {
             .then(() => {
             question.value = "";
             answer.value = "";
-            byId("sync-status").textContent = `Turn ${turnId} recorded`;
+            byId("action-status").textContent = `Turn ${turnId} recorded`;
         })
             .catch((error) => {
-            byId("sync-status").textContent = `Turn not recorded: ${String(error)}`;
+            byId("action-status").textContent = `Turn not recorded: ${String(error)}`;
         });
     });
 }
