@@ -28,9 +28,9 @@ class Device:
         self.page.on("dialog", lambda dialog: self._dialog(dialog))
         self.page.on(
             "console",
-            lambda message: self.problems.append(message.text)
-            if message.type == "error"
-            else None,
+            lambda message: (
+                self.problems.append(message.text) if message.type == "error" else None
+            ),
         )
         self.page.goto(f"{service.url}/app/")
         self.page.fill("#token", token)
@@ -49,9 +49,9 @@ class Device:
         self, pattern: str, timeout: float = 5_000, line: str = "sync-status"
     ) -> None:
         """Waits until a status line of the page matches `pattern`."""
-        self.page.locator(f"#{line}").filter(
-            has_text=re.compile(pattern)
-        ).wait_for(timeout=timeout)
+        self.page.locator(f"#{line}").filter(has_text=re.compile(pattern)).wait_for(
+            timeout=timeout
+        )
 
     def turn(self, turn_id: str) -> Any:
         return self.page.locator(f'#turn-list li[data-turn-id="{turn_id}"]')

@@ -61,7 +61,9 @@ def open_inspector(device: Device, conversation: str) -> None:
 
 def shown_window(device: Device) -> tuple[dict[str, str], dict[str, Any], str]:
     page = device.page
-    page.evaluate("() => { document.getElementById('inspector-status').textContent = '' }")
+    page.evaluate(
+        "() => { document.getElementById('inspector-status').textContent = '' }"
+    )
     page.click("#show-window")
     device.status(r"^(Window of|No window)", line="inspector-status")
     assert (page.locator("#inspector-status").text_content() or "").startswith(
@@ -78,9 +80,7 @@ def shown_window(device: Device) -> tuple[dict[str, str], dict[str, Any], str]:
     return states, receipt, page.locator("#window-body").text_content() or ""
 
 
-def test_kept_and_dropped_equal_the_api_report(
-    device: Device, api: Api
-) -> None:
+def test_kept_and_dropped_equal_the_api_report(device: Device, api: Api) -> None:
     conversation = history(api)
     open_inspector(device, conversation)
     for wire_format in FORMATS:
@@ -101,7 +101,10 @@ def test_kept_and_dropped_equal_the_api_report(
             )
             expected = {turn: "kept:" for turn in window["kept_turn_ids"]}
             expected.update(
-                {d["turn_id"]: f"dropped:{d['reason']}" for d in window["report"]["dropped"]}
+                {
+                    d["turn_id"]: f"dropped:{d['reason']}"
+                    for d in window["report"]["dropped"]
+                }
             )
             expected["t2"] = "dropped:deleted"
             expected["stopped"] = "dropped:abandoned"

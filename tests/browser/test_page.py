@@ -19,7 +19,7 @@ HOSTILE = [
     "<script>window.__pwned = 'script'</script>",
     "<img src=x onerror=\"window.__pwned = 'img'\">",
     "<svg onload=\"window.__pwned = 'svg'\"></svg>",
-    "\"><iframe srcdoc=\"<script>parent.__pwned = 'iframe'</script>\"></iframe>",
+    '"><iframe srcdoc="<script>parent.__pwned = \'iframe\'</script>"></iframe>',
     "javascript:window.__pwned='link' <a href=\"javascript:alert(1)\">x</a>",
 ]
 
@@ -68,9 +68,15 @@ def test_strict_content_security_policy_and_nothing_inline(service: Service) -> 
         assert script.strip() == "", "inline script"
     assert not re.search(r"\son[a-z]+\s*=", html), "inline event handler"
     assert "style=" not in html
-    shipped = [p.read_text() for p in WEB_ROOT.rglob("*") if p.suffix in {".html", ".js", ".css"}]
+    shipped = [
+        p.read_text()
+        for p in WEB_ROOT.rglob("*")
+        if p.suffix in {".html", ".js", ".css"}
+    ]
     for text in shipped:
-        assert not re.search(r"https?://(?!www\.w3\.org/2000/svg)", text), "an outside URL"
+        assert not re.search(r"https?://(?!www\.w3\.org/2000/svg)", text), (
+            "an outside URL"
+        )
         assert "innerHTML" not in text and "insertAdjacentHTML" not in text
         assert not re.search(r"localStorage\s*[.\[]|document\.cookie", text)
 
@@ -126,7 +132,9 @@ def test_screenshots_of_both_views(browser: Any, service: Service) -> None:
     api = Api(service, service.tokens["a"])
     conversation = api.start()
     api.put(conversation, "t1", "Where did we leave the budget?", "At 12,400 EUR.")
-    api.put(conversation, "t2", "Draft the email to Ana.", "Hi Ana, ...", status="stopped")
+    api.put(
+        conversation, "t2", "Draft the email to Ana.", "Hi Ana, ...", status="stopped"
+    )
     api.put(conversation, "t3", "My account number is 1234", "Noted.")
     api.put(conversation, "t4", "Summarise the plan", "1. Review 2. Approve 3. Send")
     api.delete(conversation, ["t3"])
