@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import psycopg
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PublicKey,
@@ -330,16 +331,36 @@ def checkpoint_periodically(
     """
     if settings.audit_checkpoint_dir is None:
         return
-    writer = CheckpointWriter(ledger, settings, settings.audit_checkpoint_dir)
+    writer: CheckpointWriter | None = None
     try:
         while True:
             try:
+                if writer is None:
+                    writer = CheckpointWriter(
+                        ledger, settings, settings.audit_checkpoint_dir
+                    )
                 writer.write(skip_unchanged=True)
             except LogInconsistentError as error:
                 _log.error("checkpoint refused: %s", error)
+            except (psycopg.OperationalError, psycopg.InterfaceError) as error:
+                # Its connections are gone (an outage, a failover: the primary
+                # is another server now): new ones next round.
+                _log.warning(
+                    "checkpoint postponed, database unavailable: %s",
+                    (str(error).strip().splitlines() or [type(error).__name__])[0],
+                )
+                writer = _closed(writer)
             except Exception:  # noqa: BLE001 - keep serving; try again next round
                 _log.exception("checkpoint failed")
             if stop.wait(settings.audit_checkpoint_interval_seconds):
                 return
     finally:
-        writer.close()
+        _closed(writer)
+
+
+def _closed(writer: CheckpointWriter | None) -> None:
+    if writer is not None:
+        try:
+            writer.close()
+        except psycopg.Error as error:  # a connection already lost
+            _log.debug("closing the checkpoint writer: %s", error)

@@ -345,14 +345,14 @@ class PostgresKeyStore(KeyStore):
         with self._pool.connection() as connection:
             connection.execute(_UPSERT_META.format(self._meta), (name, value))
 
-    def destroyed_key_ids(self) -> set[tuple[UUID, str]]:
+    def destroyed_key_ids(self) -> set[tuple[str, str]]:
         with self._pool.connection() as connection:
             rows = connection.execute(
-                sql.SQL("SELECT conversation_id, turn_id FROM {}").format(
-                    self._destroyed
-                )
+                sql.SQL(
+                    "SELECT replace(conversation_id::text, '-', ''), turn_id FROM {}"
+                ).format(self._destroyed)
             ).fetchall()
-        return {(conversation, turn_id) for conversation, turn_id in rows}
+        return set(rows)
 
     def any_wrapped_key(self) -> tuple[UUID, str, bytes] | None:
         with self._pool.connection() as connection:
@@ -1178,4 +1178,7 @@ class PostgresReadSideFactory(PostgresFactory):
         super().__init__(env)
         # Connections broken by an outage are replaced, not handed out, with
         # no round trip before a transaction on a connection that is quiet.
-        use_quiet_check(self.datastore)
+        use_quiet_check(
+            self.datastore,
+            target_session_attrs=self.env.get("POSTGRES_TARGET_SESSION_ATTRS", "any"),
+        )

@@ -225,12 +225,14 @@ class SQLiteKeyStore(KeyStore):
                 "INSERT OR REPLACE INTO key_store_meta VALUES (?, ?)", (name, value)
             )
 
-    def destroyed_key_ids(self) -> set[tuple[UUID, str]]:
+    def destroyed_key_ids(self) -> set[tuple[str, str]]:
         with self._lock:
+            # Stored as 32 hex digits (a first-release store may have dashes).
             rows = self._connection.execute(
-                "SELECT conversation_id, turn_id FROM destroyed_turn_keys"
+                "SELECT replace(conversation_id, '-', ''), turn_id "
+                "FROM destroyed_turn_keys"
             ).fetchall()
-        return {(UUID(hex=conversation), turn_id) for conversation, turn_id in rows}
+        return set(rows)
 
     def any_wrapped_key(self) -> tuple[UUID, str, bytes] | None:
         with self._lock:

@@ -248,7 +248,13 @@ class PostgresListener(_Watcher):
                             connection.execute(
                                 sql.SQL("LISTEN {}").format(sql.Identifier(channel))
                             )
-                    # Anything may have been written while (re)connecting.
+                    # Anything may have been written while (re)connecting,
+                    # and its notifications are lost (a failover keeps none):
+                    # learn how far the primary is first, so woken reads on a
+                    # replica wait for all of it, then wake every long-poll to
+                    # read from its cursor.
+                    if self._on_commits is not None:
+                        self._on_commits(connection)
                     self._signals.fire_all()
                     if failing:
                         logger.warning("sync listener connected again")

@@ -65,5 +65,5 @@ def test_committed_javascript_is_the_build_of_the_sources(
         out, WEB_JS, [str(p) for p in built], shallow=False
     )
     assert not mismatch and not errors, (
-        f"stale: {mismatch + errors}; run `npm run build:web` in clients/typescript"
+        f"stale: {mismatch + errors}; run scripts/ts-types"
     )

@@ -23,6 +23,7 @@ from tests.integration.forensic import (
 from tests.integration.restore_paths import assert_nothing_deleted_is_readable, cli
 from turnledger.domain.conversation import fold_key_id
 from turnledger.infra.deletion_record import DeletionRecordLostError
+from turnledger.infra.exit_codes import EXIT_CANNOT_RUN
 from turnledger.infra.persistence import master_key, open_conversations
 from turnledger.infra.settings import Settings
 
@@ -160,7 +161,7 @@ def test_a_lost_record_refuses_every_opening_that_writes(
         open_conversations(sqlite_settings)
     for command in (["serve", "--port", "8765"], ["restore-check"], ["purge"]):
         result = cli(sqlite_settings, *command)
-        assert result.returncode == 1, (command, result.stderr)
+        assert result.returncode == EXIT_CANNOT_RUN, (command, result.stderr)
         assert "is missing" in result.stderr and "Traceback" not in result.stderr
         assert len(result.stderr.strip().splitlines()) == 1
     # Reading changes nothing, so it warns loudly and goes on (an auditor on

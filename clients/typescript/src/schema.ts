@@ -1159,7 +1159,7 @@ export interface operations {
                     "application/json": components["schemas"]["CheckpointOut"];
                 };
             };
-            /** @description a body the JSON parser gives up on (nesting, huge numbers) */
+            /** @description a body the JSON parser gives up on (not UTF-8, nesting, huge numbers) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -1263,7 +1263,7 @@ export interface operations {
                     "application/json": components["schemas"]["ConversationListOut"];
                 };
             };
-            /** @description a body the JSON parser gives up on (nesting, huge numbers) */
+            /** @description a body the JSON parser gives up on (not UTF-8, nesting, huge numbers) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -1368,7 +1368,7 @@ export interface operations {
                     "application/json": components["schemas"]["ConversationCreatedOut"];
                 };
             };
-            /** @description a body the JSON parser gives up on (nesting, huge numbers) */
+            /** @description a body the JSON parser gives up on (not UTF-8, nesting, huge numbers) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -1475,7 +1475,7 @@ export interface operations {
                     "application/json": components["schemas"]["ConversationOut"];
                 };
             };
-            /** @description a body the JSON parser gives up on (nesting, huge numbers) */
+            /** @description a body the JSON parser gives up on (not UTF-8, nesting, huge numbers) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -1583,7 +1583,7 @@ export interface operations {
                     "application/json": components["schemas"]["DeletionOut"];
                 };
             };
-            /** @description a body the JSON parser gives up on (nesting, huge numbers) */
+            /** @description a body the JSON parser gives up on (not UTF-8, nesting, huge numbers) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -1689,7 +1689,7 @@ export interface operations {
                     "application/json": components["schemas"]["InclusionProofOut"];
                 };
             };
-            /** @description a body the JSON parser gives up on (nesting, huge numbers) */
+            /** @description a body the JSON parser gives up on (not UTF-8, nesting, huge numbers) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -1798,7 +1798,7 @@ export interface operations {
                     "application/json": components["schemas"]["FoldStatusOut"];
                 };
             };
-            /** @description a body the JSON parser gives up on (nesting, huge numbers) */
+            /** @description a body the JSON parser gives up on (not UTF-8, nesting, huge numbers) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -1906,7 +1906,7 @@ export interface operations {
                     "application/json": components["schemas"]["FoldOut"];
                 };
             };
-            /** @description a body the JSON parser gives up on (nesting, huge numbers) */
+            /** @description a body the JSON parser gives up on (not UTF-8, nesting, huge numbers) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -2016,7 +2016,7 @@ export interface operations {
                     "application/json": components["schemas"]["HistoryPageOut"];
                 };
             };
-            /** @description a body the JSON parser gives up on (nesting, huge numbers) */
+            /** @description a body the JSON parser gives up on (not UTF-8, nesting, huge numbers) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -2126,7 +2126,7 @@ export interface operations {
                     "application/json": components["schemas"]["TurnReceiptOut"];
                 };
             };
-            /** @description a body the JSON parser gives up on (nesting, huge numbers) */
+            /** @description a body the JSON parser gives up on (not UTF-8, nesting, huge numbers) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -2237,7 +2237,7 @@ export interface operations {
                     "application/json": components["schemas"]["WindowOut"];
                 };
             };
-            /** @description a body the JSON parser gives up on (nesting, huge numbers) */
+            /** @description a body the JSON parser gives up on (not UTF-8, nesting, huge numbers) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -2338,7 +2338,7 @@ export interface operations {
                     "application/json": components["schemas"]["DeviceListOut"];
                 };
             };
-            /** @description a body the JSON parser gives up on (nesting, huge numbers) */
+            /** @description a body the JSON parser gives up on (not UTF-8, nesting, huge numbers) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -2443,7 +2443,7 @@ export interface operations {
                     "application/json": components["schemas"]["DeviceIssuedOut"];
                 };
             };
-            /** @description a body the JSON parser gives up on (nesting, huge numbers) */
+            /** @description a body the JSON parser gives up on (not UTF-8, nesting, huge numbers) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -2546,7 +2546,7 @@ export interface operations {
                     "application/json": components["schemas"]["DeviceOut"];
                 };
             };
-            /** @description a body the JSON parser gives up on (nesting, huge numbers) */
+            /** @description a body the JSON parser gives up on (not UTF-8, nesting, huge numbers) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -2650,7 +2650,7 @@ export interface operations {
                     "application/x-ndjson": unknown;
                 };
             };
-            /** @description a body the JSON parser gives up on (nesting, huge numbers) */
+            /** @description a body the JSON parser gives up on (not UTF-8, nesting, huge numbers) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -2771,7 +2771,7 @@ export interface operations {
                     "application/json": components["schemas"]["PurgeStateOut"];
                 };
             };
-            /** @description a body the JSON parser gives up on (nesting, huge numbers) */
+            /** @description a body the JSON parser gives up on (not UTF-8, nesting, huge numbers) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -2910,7 +2910,7 @@ export interface operations {
                     "application/json": components["schemas"]["SyncOut"];
                 };
             };
-            /** @description a body the JSON parser gives up on (nesting, huge numbers) */
+            /** @description a body the JSON parser gives up on (not UTF-8, nesting, huge numbers) */
             400: {
                 headers: {
                     [name: string]: unknown;

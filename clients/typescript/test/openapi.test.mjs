@@ -12,6 +12,6 @@ test("the committed types match the running service's OpenAPI document", async (
   const committed = await readFile(new URL("../src/schema.ts", import.meta.url), "utf8");
   assert.ok(
     generated === committed,
-    "src/schema.ts is stale: run `npm run generate -- <service>/openapi.json` and rebuild",
+    "src/schema.ts is stale: run scripts/ts-types (regenerates it and rebuilds the page)",
   );
 });
