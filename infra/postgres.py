@@ -13,6 +13,7 @@ import orjson
 import psycopg
 from eventsourcing.persistence import (
     InterfaceError,
+    Notification,
     OperationalError,
     StoredEvent,
     Tracking,
@@ -41,6 +42,11 @@ from turnledger.infra.compaction import (
 )
 from turnledger.infra.key_session import QUIET_KEY_SESSION, configure_key_session
 from turnledger.infra.keystore import KeyStore
+from turnledger.infra.owner_feed import (
+    postgres_owner_feed_ddl,
+    postgres_rebuild_owner_feed,
+    postgres_select_owner_events,
+)
 from turnledger.infra.pool_check import (
     RECONNECT_TIMEOUT_SECONDS,
     check_unless_quiet,
@@ -656,6 +662,16 @@ class PostgresReadSideRecorder(PostgresApplicationRecorder):
             for statement in _READ_SIDE_DDL
         )
         self.sql_create_statements.append(self._write_function_ddl())
+        # The per-user feed index (infra/owner_feed.py): after the head rows.
+        self.sql_create_statements.extend(
+            postgres_owner_feed_ddl(datastore.schema, self.events_table_name)
+        )
+        self._select_owner_events = {
+            with_topics: postgres_select_owner_events(
+                datastore.schema, self.events_table_name, with_topics=with_topics
+            )
+            for with_topics in (False, True)
+        }
 
     def _batch_inserts(
         self, sources: tuple[str, str, str, str]
@@ -993,6 +1009,31 @@ class PostgresReadSideRecorder(PostgresApplicationRecorder):
                     new_folds=tuple(folds),
                 ),
             )
+            for statement in postgres_rebuild_owner_feed(
+                self.datastore.schema, self.events_table_name
+            ):
+                curs.execute(statement)
+
+    def select_owner_notifications(
+        self, owner_id: str, after: int, limit: int, topics: Sequence[str] = ()
+    ) -> list[Notification]:
+        """The owner's events after log position `after`, oldest first, through
+        the per-user feed index (infra/owner_feed.py)."""
+        params: list[Any] = [owner_id, after]
+        if topics:
+            params.append(list(topics))
+        params.append(limit)
+        rows = self._select(self._select_owner_events[bool(topics)], params)
+        return [
+            Notification(
+                id=row["notification_id"],
+                originator_id=row["originator_id"],
+                originator_version=row["originator_version"],
+                topic=row["topic"],
+                state=bytes(row["state"]),
+            )
+            for row in rows
+        ]
 
     def _select(self, statement: sql.Composable, params: Sequence[Any]) -> list[Any]:
         with self.datastore.get_connection() as conn, conn.cursor() as curs:
