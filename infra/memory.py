@@ -8,35 +8,33 @@ their events.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
-from eventsourcing.persistence import ApplicationRecorder, IntegrityError, StoredEvent
-from eventsourcing.popo import POPOApplicationRecorder, POPOFactory
+from eventsourcing.persistence import ApplicationRecorder, IntegrityError
+from eventsourcing.popo import POPOFactory
 
+from turnledger.infra.library_compat import MemoryRecorderWithRows
 from turnledger.projections.ledger_rows import RowChanges
 from turnledger.projections.read_side import LedgerView
 
 
-class MemoryReadSideRecorder(POPOApplicationRecorder, LedgerView):
+class MemoryReadSideRecorder(MemoryRecorderWithRows, LedgerView):
     def __init__(self) -> None:
-        POPOApplicationRecorder.__init__(self)
+        MemoryRecorderWithRows.__init__(self)
         LedgerView.__init__(self)
 
-    def _insert_events(
-        self, stored_events: Sequence[StoredEvent], **kwargs: Any
-    ) -> Sequence[int] | None:
+    def check_rows(self, **kwargs: Any) -> None:
         changes: RowChanges | None = kwargs.get("read_side")
-        with self._database_lock:
-            if changes is not None:
-                try:
-                    self.check(changes)
-                except ValueError as error:
-                    raise IntegrityError(str(error)) from None
-            ids = super()._insert_events(stored_events, **kwargs)
-            if changes is not None:
-                self.apply(changes)
-            return ids
+        if changes is not None:
+            try:
+                self.check(changes)
+            except ValueError as error:
+                raise IntegrityError(str(error)) from None
+
+    def apply_rows(self, **kwargs: Any) -> None:
+        changes: RowChanges | None = kwargs.get("read_side")
+        if changes is not None:
+            self.apply(changes)
 
     def read_side_rows(self) -> Any:
         return self.rows()
@@ -47,7 +45,7 @@ class MemoryReadSideRecorder(POPOApplicationRecorder, LedgerView):
     def replace_read_side(self, view: LedgerView) -> None:
         """Replace every row with those of `view` (a rebuild from the log)."""
         conversations, turns, folds = view.rows()
-        with self._database_lock:
+        with self.lock:
             LedgerView.__init__(self)
             self.apply(
                 RowChanges(

@@ -14,9 +14,10 @@ import select
 from typing import Any
 
 import psycopg
-from eventsourcing.postgres import ConnectionPool as LibraryConnectionPool
 from eventsourcing.postgres import PostgresDatastore
 from psycopg_pool import ConnectionPool
+
+from turnledger.infra.library_compat import replace_pool_check
 
 
 def check_unless_quiet(connection: psycopg.Connection[Any]) -> None:
@@ -29,24 +30,6 @@ def check_unless_quiet(connection: psycopg.Connection[Any]) -> None:
 
 
 def use_quiet_check(datastore: PostgresDatastore) -> None:
-    """Give the library's datastore a pool that checks with `check_unless_quiet`.
-
-    The library offers the pool's full ping (POSTGRES_PRE_PING) or none; its
-    pool takes the check only when it is made. So the datastore's pool, made
-    but not yet opened, is replaced by one made with the same settings and
-    this check.
-    """
-    built = datastore.pool
-    datastore.pool = LibraryConnectionPool(
-        get_password_func=built.get_password_func,
-        connection_class=built.connection_class,
-        kwargs=built.kwargs,
-        min_size=built.min_size,
-        max_size=built.max_size,
-        open=False,
-        configure=datastore.after_connect_func(),
-        timeout=built.timeout,
-        max_waiting=built.max_waiting,
-        max_lifetime=built.max_lifetime,
-        check=check_unless_quiet,
-    )
+    """Give the library's datastore a pool that checks with `check_unless_quiet`
+    (the pool is remade: see `library_compat.replace_pool_check`)."""
+    replace_pool_check(datastore, check_unless_quiet)

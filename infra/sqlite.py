@@ -11,10 +11,11 @@ from typing import Any
 from uuid import UUID
 
 from eventsourcing.persistence import StoredEvent, Tracking
-from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteCursor, SQLiteFactory
+from eventsourcing.sqlite import SQLiteCursor, SQLiteFactory
 
 from turnledger.domain.errors import TurnDeletedError
 from turnledger.infra.keystore import KeyStore
+from turnledger.infra.library_compat import SQLiteRecorderWithRows
 from turnledger.infra.read_side_sql import (
     CONVERSATION_COLUMNS,
     ERASE_TURN_SIZES,
@@ -283,7 +284,7 @@ def _iso(at: datetime) -> str:
     return at.isoformat()
 
 
-class SQLiteReadSideRecorder(SQLiteApplicationRecorder):
+class SQLiteReadSideRecorder(SQLiteRecorderWithRows):
     """The library's SQLite recorder, writing the read side with the events."""
 
     def construct_create_table_statements(self) -> list[str]:
@@ -298,14 +299,12 @@ class SQLiteReadSideRecorder(SQLiteApplicationRecorder):
             if "parts_sizes" not in {row[1] for row in c.fetchall()}:
                 c.execute("ALTER TABLE conversation_turns ADD COLUMN parts_sizes TEXT")
 
-    def _insert_events(
+    def write_rows(
         self, c: SQLiteCursor, stored_events: Sequence[StoredEvent], **kwargs: Any
-    ) -> Sequence[int] | None:
-        ids = super()._insert_events(c, stored_events, **kwargs)
+    ) -> None:
         changes: RowChanges | None = kwargs.get("read_side")
         if changes is not None:
             self._write_rows(c, changes)
-        return ids
 
     def _write_rows(self, c: SQLiteCursor, changes: RowChanges) -> None:
         key, time = _hex, _iso
