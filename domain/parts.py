@@ -42,6 +42,7 @@ from turnledger.domain.errors import InvalidInputError
 from turnledger.domain.text import check_text
 
 __all__ = [
+    "MAX_ARGUMENT_DEPTH",
     "MAX_INLINE_ATTACHMENT_BYTES",
     "AssistantStep",
     "AssistantText",
@@ -65,6 +66,15 @@ MAX_INLINE_ATTACHMENT_BYTES = 65_536
 
 Inline bytes are sealed with the turn's key and destroyed with it, like its
 text; they also count towards the turn's byte limit.
+"""
+
+MAX_ARGUMENT_DEPTH = 64
+"""Deepest nesting of a call's arguments (the object itself is level 1).
+
+Anthropic and Gemini bodies carry the arguments as an object, which is parsed
+and serialized again for every window; a limit far above any tool schema
+keeps that work bounded and refuses (InvalidInputError) what would otherwise
+overflow the parser's recursion.
 """
 
 # A tool name as every provider accepts it (OpenAI's rule is the narrowest).
@@ -287,25 +297,7 @@ class ToolCall:
             "1-64 characters of letters, digits, _ and - (every provider's rule)",
         )
         check_text("tool_call.arguments", self.arguments)
-        try:
-            parsed = json.loads(self.arguments)
-        except ValueError:
-            raise InvalidInputError(
-                "tool_call.arguments", "must be JSON text (it did not parse)"
-            ) from None
-        if not isinstance(parsed, dict):
-            raise InvalidInputError(
-                "tool_call.arguments",
-                "must be a JSON object (every provider takes named arguments)",
-            )
-        try:
-            # Anthropic and Gemini take the arguments as an object: they must
-            # serialize again as JSON (1e999 parses to infinity, which cannot).
-            json.dumps(parsed, allow_nan=False)
-        except ValueError:
-            raise InvalidInputError(
-                "tool_call.arguments", "holds a number JSON cannot represent"
-            ) from None
+        _check_arguments(self.arguments)
 
     def arguments_object(self) -> dict[str, Any]:
         parsed: dict[str, Any] = json.loads(self.arguments)
@@ -318,6 +310,61 @@ class ToolCall:
             "name": self.name,
             "arguments": self.arguments,
         }
+
+
+def _check_arguments(arguments: str) -> None:
+    """JSON text of an object that every body can carry (see ToolCall)."""
+    field_name = "tool_call.arguments"
+    try:
+        parsed = json.loads(arguments)
+    except RecursionError:
+        parsed = None  # deeper than the parser goes: refused below as too deep
+    except ValueError:
+        raise InvalidInputError(
+            field_name, "must be JSON text (it did not parse)"
+        ) from None
+    if parsed is None or _depth_over(parsed, MAX_ARGUMENT_DEPTH):
+        raise InvalidInputError(
+            field_name, f"nested deeper than {MAX_ARGUMENT_DEPTH} levels"
+        )
+    if not isinstance(parsed, dict):
+        raise InvalidInputError(
+            field_name, "must be a JSON object (every provider takes named arguments)"
+        )
+    try:
+        # Anthropic and Gemini take the arguments as an object, serialized
+        # again as UTF-8 JSON: 1e999 parses to infinity, which JSON cannot
+        # write, and a "\\ud800" escape to a lone surrogate, which UTF-8
+        # cannot encode.
+        json.dumps(parsed, allow_nan=False, ensure_ascii=False).encode("utf-8")
+    except ValueError:
+        raise InvalidInputError(
+            field_name, "holds a number JSON cannot represent"
+        ) from None
+    except UnicodeEncodeError:
+        raise InvalidInputError(
+            field_name, "holds a lone surrogate escape (no UTF-8 text for it)"
+        ) from None
+
+
+def _depth_over(value: Any, limit: int) -> bool:
+    """Whether `value` nests objects and arrays deeper than `limit` levels."""
+    level: list[tuple[Any, int]] = [(value, 1)]
+    while level:
+        item, depth = level.pop()
+        children = (
+            item.values()
+            if isinstance(item, dict)
+            else item
+            if isinstance(item, list)
+            else None
+        )
+        if children is None:
+            continue
+        if depth > limit:
+            return True
+        level.extend((child, depth + 1) for child in children)
+    return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -475,12 +522,37 @@ class TurnParts:
                 attachments.append(part)
             else:
                 steps.append(part)
-        return cls(
-            question=question,
-            answer=answer,
-            attachments=tuple(attachments),
-            steps=tuple(steps),
-        )
+        try:
+            return cls(
+                question=question,
+                answer=answer,
+                attachments=tuple(attachments),
+                steps=tuple(steps),
+            )
+        except InvalidInputError as error:
+            raise as_parts_error(error, len(attachments)) from None
+
+    def check_complete_parts(self) -> None:
+        """check_complete, its errors naming `parts` as a client sent them."""
+        try:
+            self.check_complete()
+        except InvalidInputError as error:
+            raise as_parts_error(error, len(self.attachments)) from None
+
+
+_STEP_FIELD = re.compile(r"steps\[(\d+)\](.*)")
+
+
+def as_parts_error(error: InvalidInputError, attachments: int) -> InvalidInputError:
+    """`error` naming the field of the parts list a client sent: `steps[i]` is
+    `parts[attachments + i]` there, and `steps` is `parts`."""
+    if error.field == "steps":
+        return InvalidInputError("parts", error.reason)
+    step = _STEP_FIELD.fullmatch(error.field)
+    if step is None:
+        return error
+    index = attachments + int(step.group(1))
+    return InvalidInputError(f"parts[{index}]{step.group(2)}", error.reason)
 
 
 def encode_parts(turn: TurnParts) -> str:
@@ -670,6 +742,21 @@ def part_from_document(
     if unknown:
         raise InvalidInputError(field_name, "unknown fields " + ", ".join(unknown))
     values = {k: v for k, v in document.items() if k != "kind"}
+    try:
+        return _part_of(str(kind), values, field_name)
+    except InvalidInputError as error:
+        # "tool_call.arguments" is `arguments` of the part the caller named.
+        _, dot, name = error.field.partition(".")
+        if error.field.startswith(field_name):
+            raise
+        raise InvalidInputError(
+            f"{field_name}.{name}" if dot else field_name, error.reason
+        ) from None
+
+
+def _part_of(
+    kind: str, values: dict[str, Any], field_name: str
+) -> Attachment | AssistantStep:
     try:
         if kind == "attachment":
             data = values.pop("data", None)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import threading
 from abc import abstractmethod
-from collections.abc import Collection
+from collections.abc import Callable, Collection
+from typing import Protocol
 from uuid import UUID
 
 from eventsourcing.persistence import Tracking
@@ -18,10 +19,31 @@ from turnledger.domain.errors import TurnDeletedError
 from turnledger.domain.ports import KeyPurgeView
 
 
+class DestroyedKeyLog(Protocol):
+    """Where destroyed key ids are remembered outside the store (its backups
+    do not roll it back): infra/deletion_record.py."""
+
+    def remember(
+        self, conversation_id: UUID, key_ids: Collection[str], *, position: int
+    ) -> None: ...
+
+
 class KeyStore(KeyPurgeView):
     # Whether the event store writes new keys in the events' own transaction
     # (PostgreSQL: the same database); otherwise each is stored just before.
     keys_with_events = False
+    # Set by the composition root; every destroy_keys tells it first, so the
+    # record is never behind the store (a crash between leaves the record
+    # ahead, which the next purge run makes true).
+    deletion_record: DestroyedKeyLog | None = None
+
+    def _remember_destroyed(
+        self, conversation_id: UUID, key_ids: Collection[str], tracking: Tracking
+    ) -> None:
+        if self.deletion_record is not None:
+            self.deletion_record.remember(
+                conversation_id, key_ids, position=tracking.notification_id
+            )
 
     @abstractmethod
     def put_if_absent(
@@ -43,6 +65,30 @@ class KeyStore(KeyPurgeView):
     @abstractmethod
     def close(self) -> None: ...
 
+    # What the store remembers about itself (ids, never secrets): the id of
+    # its master key and of the deletion record it follows (infra/restore.py).
+    @abstractmethod
+    def read_meta(self, name: str) -> str | None:
+        """A value of the store's own metadata, None if never written."""
+
+    @abstractmethod
+    def write_meta(self, name: str, value: str) -> None: ...
+
+    @abstractmethod
+    def destroyed_key_ids(self) -> set[tuple[UUID, str]]:
+        """Every (conversation, key id) whose key this store destroyed."""
+
+    @abstractmethod
+    def any_wrapped_key(self) -> tuple[UUID, str, bytes] | None:
+        """One stored key, to check a master key against (None: no keys)."""
+
+    @abstractmethod
+    def rewrap_all(
+        self, rewrap: Callable[[UUID, str, bytes], bytes], *, key_id: str
+    ) -> int:
+        """Replace every wrapped key by `rewrap(...)` of it and record `key_id`
+        as the master key's id, in one transaction; return the keys rewrapped."""
+
     @abstractmethod
     def _tracking_row(self, application_name: str) -> tuple[int, int, int] | None:
         """The purge's (followed, last destroying, compacted) positions."""
@@ -62,7 +108,38 @@ class MemoryKeyStore(KeyStore):
         self._destroyed: set[tuple[UUID, str]] = set()
         # application name -> [followed, last destroying, compacted] positions
         self._tracking: dict[str, list[int]] = {}
+        self._meta: dict[str, str] = {}
         self._lock = threading.Lock()
+
+    def read_meta(self, name: str) -> str | None:
+        with self._lock:
+            return self._meta.get(name)
+
+    def write_meta(self, name: str, value: str) -> None:
+        with self._lock:
+            self._meta[name] = value
+
+    def destroyed_key_ids(self) -> set[tuple[UUID, str]]:
+        with self._lock:
+            return set(self._destroyed)
+
+    def any_wrapped_key(self) -> tuple[UUID, str, bytes] | None:
+        with self._lock:
+            for (conversation_id, turn_id), wrapped in self._keys.items():
+                return conversation_id, turn_id, wrapped
+            return None
+
+    def rewrap_all(
+        self, rewrap: Callable[[UUID, str, bytes], bytes], *, key_id: str
+    ) -> int:
+        with self._lock:
+            rewrapped = {
+                (conversation_id, turn_id): rewrap(conversation_id, turn_id, wrapped)
+                for (conversation_id, turn_id), wrapped in self._keys.items()
+            }
+            self._keys.update(rewrapped)
+            self._meta["master_key_id"] = key_id
+            return len(rewrapped)
 
     def put_if_absent(
         self, conversation_id: UUID, turn_id: str, wrapped: bytes

@@ -178,14 +178,17 @@ def _as_bytes(statement: Any) -> bytes:
 
 
 def replace_pool_check(
-    datastore: PostgresDatastore, check: Callable[[psycopg.Connection[Any]], None]
+    datastore: PostgresDatastore,
+    check: Callable[[psycopg.Connection[Any]], None],
+    **options: Any,
 ) -> None:
-    """Give the library's datastore a pool that checks connections with `check`.
+    """Give the library's datastore a pool that checks connections with
+    `check`, with more psycopg_pool `options` (e.g. `reconnect_timeout`).
 
     The library offers the pool's full ping (POSTGRES_PRE_PING) or none; its
     pool takes the check only when it is made. So the datastore's pool, made
-    but not yet opened, is replaced by one made with the same settings and
-    this check.
+    but not yet opened, is replaced by one made with the same settings, this
+    check and these options.
     """
     built = datastore.pool
     datastore.pool = LibraryConnectionPool(
@@ -200,6 +203,7 @@ def replace_pool_check(
         max_waiting=built.max_waiting,
         max_lifetime=built.max_lifetime,
         check=check,
+        **options,
     )
 
 

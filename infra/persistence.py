@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from contextlib import closing
 
@@ -11,6 +12,7 @@ from turnledger.domain.errors import InvalidInputError
 from turnledger.infra.keystore import KeyStore, MemoryKeyStore
 from turnledger.infra.postgres import PostgresKeyStore, ensure_schema
 from turnledger.infra.read_side import upgrade_if_needed
+from turnledger.infra.restore import check_read_only, check_restore, deletion_record
 from turnledger.infra.service_layer.application import Conversations
 from turnledger.infra.settings import Settings
 from turnledger.infra.sqlite import SQLiteKeyStore
@@ -21,6 +23,8 @@ from turnledger.infra.vault import (
     load_or_create_key_file,
     new_master_key,
 )
+
+_log = logging.getLogger(__name__)
 
 
 def eventsourcing_env(settings: Settings) -> dict[str, str]:
@@ -112,8 +116,11 @@ def open_conversations(settings: Settings, *, read_only: bool = False) -> Conver
         settings.data_dir.mkdir(parents=True, exist_ok=True)
     if settings.persistence == "postgres":
         ensure_schema(settings.postgres_conninfo(), settings.postgres_schema)
-    vault = KeyVault(key_store(settings), master_key(settings))
+    keys = key_store(settings)
+    vault = KeyVault(keys, master_key(settings))
     try:
+        # A different key would seal new turns the old ones' key cannot open.
+        vault.check_master_key(remember=True)
         ledger = Conversations(
             eventsourcing_env(settings),
             vault=vault,
@@ -125,6 +132,18 @@ def open_conversations(settings: Settings, *, read_only: bool = False) -> Conver
         raise
     try:
         upgrade_if_needed(ledger)
+        # Deletions a restored backup predates are redone (and the record
+        # attached) before anything else runs or is served.
+        if settings.persistence != "memory":
+            report = check_restore(
+                ledger,
+                keys,
+                deletion_record(settings.deletion_record_directory, keys),
+                apply=True,
+            )
+            if report.deletions_behind:
+                _log.warning("turnledger: %s", report.describe())
+            ledger.restore_report = report
         # Complete any deletion whose purge was interrupted (crash, lost key
         # store connection) before serving anything.
         ledger.purge_deleted_history()
@@ -152,23 +171,33 @@ def open_replica(settings: Settings) -> Conversations | None:
     without one. It creates, upgrades and purges nothing (a hot standby
     refuses writes anyway): the primary's ledger does all of that."""
     replica = settings.replica_settings()
-    return None if replica is None else _open_read_only(replica)
+    # The primary's start-up compares the store with the deletion record; a
+    # replica a few milliseconds behind a deletion must not be refused for it.
+    return None if replica is None else _open_read_only(replica, check_record=False)
 
 
-def _open_read_only(settings: Settings) -> Conversations:
+def _open_read_only(settings: Settings, *, check_record: bool = True) -> Conversations:
     if settings.persistence == "sqlite" and not settings.sqlite_events_path.exists():
         raise InvalidInputError(
             "TURNLEDGER_DATA_DIR", f"no store at {settings.data_dir}: nothing to read"
         )
-    vault = KeyVault(
-        key_store(settings, read_only=True), master_key(settings, create=False)
-    )
+    keys = key_store(settings, read_only=True)
+    vault = KeyVault(keys, master_key(settings, create=False))
     try:
+        vault.check_master_key(remember=False)
         env = {**eventsourcing_env(settings), "CREATE_TABLE": "n"}
         ledger = Conversations(env, vault=vault, max_turn_bytes=settings.max_turn_bytes)
     except BaseException:
         vault.close()
         raise
+    if check_record and settings.persistence != "memory":
+        try:
+            check_read_only(
+                ledger, keys, deletion_record(settings.deletion_record_directory, keys)
+            )
+        except BaseException:
+            ledger.close()
+            raise
     if not _has_legacy_snapshots(settings):
         ledger.legacy_snapshots = None
     return ledger

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import weakref
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -38,7 +38,11 @@ from turnledger.infra.compaction import (
 from turnledger.infra.key_session import QUIET_KEY_SESSION, configure_key_session
 from turnledger.infra.keystore import KeyStore
 from turnledger.infra.library_compat import PostgresRecorderWithRows
-from turnledger.infra.pool_check import check_unless_quiet, use_quiet_check
+from turnledger.infra.pool_check import (
+    RECONNECT_TIMEOUT_SECONDS,
+    check_unless_quiet,
+    use_quiet_check,
+)
 from turnledger.infra.read_side_sql import (
     CONVERSATION_COLUMNS,
     ERASE_TURN_SIZES,
@@ -108,6 +112,7 @@ class PostgresKeyStore(KeyStore):
         self._table = sql.Identifier(schema, KEY_TABLE)
         self._tracking = sql.Identifier(schema, "key_purge_tracking")
         self._destroyed = sql.Identifier(schema, "destroyed_turn_keys")
+        self._meta = sql.Identifier(schema, "key_store_meta")
         self._pool = ConnectionPool(
             conninfo,
             min_size=1,
@@ -118,6 +123,7 @@ class PostgresKeyStore(KeyStore):
             # A connection lost in an outage is replaced, not handed out; a
             # caller waits for one briefly, then gets the pool's error.
             check=check_unless_quiet,
+            reconnect_timeout=RECONNECT_TIMEOUT_SECONDS,
             timeout=5.0,
         )
         if read_only:  # audits change nothing, tables included
@@ -175,6 +181,13 @@ class PostgresKeyStore(KeyStore):
                 " dirty_partitions text[] NOT NULL DEFAULT '{{}}')"
             ).format(self._tracking)
         )
+        # The store's ids of itself: its master key's, its deletion record's.
+        connection.execute(
+            sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {} "
+                "(name text PRIMARY KEY, value text NOT NULL)"
+            ).format(self._meta)
+        )
 
     def put_if_absent(
         self, conversation_id: UUID, turn_id: str, wrapped: bytes
@@ -219,6 +232,7 @@ class PostgresKeyStore(KeyStore):
     def destroy_keys(
         self, conversation_id: UUID, turn_ids: Collection[str], tracking: Tracking
     ) -> int:
+        self._remember_destroyed(conversation_id, turn_ids, tracking)
         # One transaction: the rows, the position and the partitions to rewrite.
         with self._pool.connection() as connection:
             connection.execute(_LOCK_EXCLUSIVE, (str(conversation_id),))
@@ -304,8 +318,79 @@ class PostgresKeyStore(KeyStore):
             ).fetchone()
         return None if row is None else (int(row[0]), int(row[1]), int(row[2]))
 
+    def connection_pools(self) -> list[ConnectionPool[Any]]:
+        """The pool the service's readiness checks (infra/http/database.py)."""
+        return [self._pool]
+
     def close(self) -> None:
         self._pool.close()
+
+    def read_meta(self, name: str) -> str | None:
+        with self._pool.connection() as connection:
+            found = connection.execute(
+                "SELECT to_regclass(%s)", (f"{self._schema}.key_store_meta",)
+            ).fetchone()
+            if found is None or found[0] is None:  # a store older than the table
+                return None
+            row = connection.execute(
+                sql.SQL("SELECT value FROM {} WHERE name = %s").format(self._meta),
+                (name,),
+            ).fetchone()
+        return None if row is None else str(row[0])
+
+    def write_meta(self, name: str, value: str) -> None:
+        with self._pool.connection() as connection:
+            connection.execute(_UPSERT_META.format(self._meta), (name, value))
+
+    def destroyed_key_ids(self) -> set[tuple[UUID, str]]:
+        with self._pool.connection() as connection:
+            rows = connection.execute(
+                sql.SQL("SELECT conversation_id, turn_id FROM {}").format(
+                    self._destroyed
+                )
+            ).fetchall()
+        return {(conversation, turn_id) for conversation, turn_id in rows}
+
+    def any_wrapped_key(self) -> tuple[UUID, str, bytes] | None:
+        with self._pool.connection() as connection:
+            row = connection.execute(
+                sql.SQL(
+                    "SELECT conversation_id, turn_id, wrapped_key FROM {} LIMIT 1"
+                ).format(self._table)
+            ).fetchone()
+        return None if row is None else (row[0], row[1], bytes(row[2]))
+
+    def rewrap_all(
+        self, rewrap: Callable[[UUID, str, bytes], bytes], *, key_id: str
+    ) -> int:
+        with self._pool.connection() as connection:
+            # No key is created or destroyed while every row is rewrapped.
+            connection.execute(
+                sql.SQL("LOCK TABLE {} IN EXCLUSIVE MODE").format(self._table)
+            )
+            rows = connection.execute(
+                sql.SQL("SELECT conversation_id, turn_id, wrapped_key FROM {}").format(
+                    self._table
+                )
+            ).fetchall()
+            with connection.cursor() as cursor:
+                cursor.executemany(
+                    sql.SQL(
+                        "UPDATE {} SET wrapped_key = %s "
+                        "WHERE conversation_id = %s AND turn_id = %s"
+                    ).format(self._table),
+                    [(rewrap(c, t, bytes(w)), c, t) for c, t, w in rows],
+                )
+            connection.execute(
+                _UPSERT_META.format(self._meta), ("master_key_id", key_id)
+            )
+        return len(rows)
+
+
+_UPSERT_META = sql.SQL(
+    "INSERT INTO {} VALUES (%s, %s) "
+    "ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value"
+)
 
 
 # Transaction-scoped advisory locks per conversation (the first key namespaces

@@ -4,7 +4,10 @@ A purge's compaction can be held by something outside turnledger: a
 transaction older than the deletion (in any database of the cluster), a lock
 on a key partition, WAL the server still keeps. Nobody may ever delete again
 or run `turnledger purge`, so the service retries by itself: every
-`interval_seconds` it runs the purge if compaction is pending. At start it
+`interval_seconds` it runs the purge if compaction is pending. It skips its
+turn while the service's database check says the database is unavailable, so
+that during an outage it does not wait in the pools' queues, and after one it
+does not take the first connections ahead of the requests. At start it
 also logs what in the server's configuration would keep a purge pending.
 """
 
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 from turnledger.infra.service_layer.application import Conversations
 from turnledger.infra.service_layer.purge import PurgeReport, purge_state
@@ -40,8 +44,10 @@ class PurgeRetry:
         settings: Settings,
         *,
         interval_seconds: float = DEFAULT_INTERVAL_SECONDS,
+        database_available: Callable[[], bool] = lambda: True,
     ) -> None:
         self._ledger = ledger
+        self._database_available = database_available
         self._settings = settings
         self._interval = interval_seconds
         self._stopping = threading.Event()
@@ -69,8 +75,13 @@ class PurgeRetry:
             logger.warning("could not check the server's WAL settings: %s", error)
         for finding in self.findings:
             logger.warning("deletion: %s (docs/deletion.md)", finding)
+        was_available = True
         while not self._stopping.wait(self._interval):
-            self.retry_once()
+            # After an outage, one interval more: the requests come first.
+            available = self._database_available()
+            if available and was_available:
+                self.retry_once()
+            was_available = available
 
     def retry_once(self) -> PurgeReport | None:
         """Run the purge if compaction is pending; None if it was not."""

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
+import difflib
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal, Self
+from typing import Annotated, Literal, Self
 
 from pydantic import (
     Field,
@@ -13,10 +17,13 @@ from pydantic import (
     PositiveFloat,
     PositiveInt,
     SecretStr,
+    ValidationError,
+    field_validator,
     model_validator,
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from turnledger.domain.errors import InvalidInputError
 from turnledger.domain.text import DEFAULT_MAX_TURN_BYTES
 from turnledger.projections.formats import WireFormatName
 from turnledger.projections.policy import (
@@ -25,8 +32,11 @@ from turnledger.projections.policy import (
     check_fold_gap,
 )
 
+ENV_PREFIX = "TURNLEDGER_"
+Port = Annotated[int, Field(ge=1, le=65_535)]
 
-def _default_data_dir() -> Path:
+
+def default_data_dir() -> Path:
     base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
     return Path(base) / "turnledger"
 
@@ -35,14 +45,14 @@ class Settings(BaseSettings):
     """Every setting, with its TURNLEDGER_ variable (see the README's table)."""
 
     model_config = SettingsConfigDict(
-        env_prefix="TURNLEDGER_", env_file=".env", extra="ignore", frozen=True
+        env_prefix=ENV_PREFIX, env_file=".env", extra="ignore", frozen=True
     )
 
     persistence: Literal["memory", "sqlite", "postgres"] = "sqlite"
-    data_dir: Path = Field(default_factory=_default_data_dir)
+    data_dir: Path = Field(default_factory=default_data_dir)
 
     postgres_host: str = "127.0.0.1"
-    postgres_port: PositiveInt = 5432
+    postgres_port: Port = 5432
     postgres_dbname: str = "postgres"
     postgres_user: str = "postgres"
     postgres_password: SecretStr = SecretStr("")
@@ -59,7 +69,7 @@ class Settings(BaseSettings):
     # A streaming replica of that server, for reads (docs/scaling.md). Unset
     # host: no replica. The schema and master key are the primary's.
     postgres_replica_host: str | None = None
-    postgres_replica_port: PositiveInt = 5432
+    postgres_replica_port: Port = 5432
     postgres_replica_dbname: str = "postgres"
     postgres_replica_user: str = "postgres"
     postgres_replica_password: SecretStr = SecretStr("")
@@ -78,6 +88,28 @@ class Settings(BaseSettings):
     # store makes a throwaway one; PostgreSQL requires it to be set.
     master_key: SecretStr | None = None
     master_key_file: Path | None = None
+    # Where the deletion record lives (docs/deletion.md, "Restores"): outside
+    # every backup of the store. Unset: beside master_key_file when that is
+    # set, else $XDG_STATE_HOME/turnledger (~/.local/state/turnledger).
+    deletion_record_dir: Path | None = None
+
+    @field_validator("master_key")
+    @classmethod
+    def _master_key_is_32_bytes(cls, value: SecretStr | None) -> SecretStr | None:
+        # Checked here so that the message names the variable; the secret itself
+        # is never echoed.
+        if value is None:
+            return None
+        encoded = value.get_secret_value().strip()
+        if not encoded:
+            raise ValueError("is empty: unset it, or give base64 of 32 random bytes")
+        try:
+            size = len(base64.b64decode(encoded, validate=True))
+        except (binascii.Error, ValueError):
+            raise ValueError("is not base64 (expected base64 of 32 bytes)") from None
+        if size != 32:
+            raise ValueError(f"must be base64 of 32 bytes, got {size} bytes")
+        return value
 
     max_turn_bytes: PositiveInt = DEFAULT_MAX_TURN_BYTES
 
@@ -98,8 +130,17 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _window_covers_the_fold_gap(self) -> Self:
         # Refuse to start rather than silently lose context (seed 002).
-        check_fold_gap(self.window_max_tokens, self.fold_threshold_tokens)
-        self.window_policy()  # every other rule of the policy, checked now too
+        try:
+            check_fold_gap(self.window_max_tokens, self.fold_threshold_tokens)
+        except ValueError as error:
+            raise ValueError(
+                f"TURNLEDGER_WINDOW_MAX_TOKENS / TURNLEDGER_FOLD_THRESHOLD_TOKENS: "
+                f"{error}"
+            ) from None
+        try:
+            self.window_policy()  # every other rule of the policy, checked now too
+        except ValidationError as error:
+            raise ValueError(_policy_problems(error)) from None
         return self
 
     def window_policy(self) -> WindowPolicy:
@@ -121,7 +162,7 @@ class Settings(BaseSettings):
     # max_turn_bytes even when JSON escaping inflates it (a control character
     # becomes six bytes), so it is checked on the raw request before parsing.
     http_host: str = "127.0.0.1"
-    http_port: PositiveInt = 8000
+    http_port: Port = 8000
     http_max_body_bytes: PositiveInt = 8 * 1_048_576
     sync_max_wait_seconds: PositiveFloat = 30.0
     sync_poll_interval_seconds: PositiveFloat = 0.05
@@ -163,26 +204,31 @@ class Settings(BaseSettings):
     def _check_cross_field_rules(self) -> Self:
         if self.http_max_request_line_bytes > self.http_max_header_bytes:
             raise ValueError(
-                "http_max_request_line_bytes must be <= http_max_header_bytes "
+                "TURNLEDGER_HTTP_MAX_REQUEST_LINE_BYTES must be <= "
+                "TURNLEDGER_HTTP_MAX_HEADER_BYTES "
                 "(the request line is part of the request head)"
             )
         if self.http_max_long_polls_per_device > self.http_max_long_polls_per_user:
             raise ValueError(
-                "http_max_long_polls_per_device must be <= http_max_long_polls_per_user"
+                "TURNLEDGER_HTTP_MAX_LONG_POLLS_PER_DEVICE must be <= "
+                "TURNLEDGER_HTTP_MAX_LONG_POLLS_PER_USER"
             )
         if self.postgres_replica_host is not None and self.persistence != "postgres":
             raise ValueError(
-                "postgres_replica_host is set: a replica needs persistence=postgres"
+                "TURNLEDGER_POSTGRES_REPLICA_HOST is set: a replica needs "
+                "TURNLEDGER_PERSISTENCE=postgres"
             )
         if self.master_key is not None and self.master_key_file is not None:
-            raise ValueError("set master_key or master_key_file, not both")
+            raise ValueError(
+                "set TURNLEDGER_MASTER_KEY or TURNLEDGER_MASTER_KEY_FILE, not both"
+            )
         if (
             self.persistence == "postgres"
             and self.master_key is None
             and self.master_key_file is None
         ):
             raise ValueError(
-                "persistence=postgres needs TURNLEDGER_MASTER_KEY or "
+                "TURNLEDGER_PERSISTENCE=postgres needs TURNLEDGER_MASTER_KEY or "
                 "TURNLEDGER_MASTER_KEY_FILE: the key that wraps turn keys must not "
                 "live beside the data it protects"
             )
@@ -199,6 +245,15 @@ class Settings(BaseSettings):
     @property
     def default_master_key_path(self) -> Path:
         return self.data_dir / "master.key"
+
+    @property
+    def deletion_record_directory(self) -> Path:
+        if self.deletion_record_dir is not None:
+            return self.deletion_record_dir
+        if self.master_key_file is not None:
+            return self.master_key_file.parent
+        base = os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state"
+        return Path(base) / "turnledger"
 
     def replica_settings(self) -> Settings | None:
         """These settings with the replica as the database (None: no replica)."""
@@ -227,3 +282,68 @@ class Settings(BaseSettings):
             password=self.postgres_password.get_secret_value(),
             connect_timeout=self.postgres_connect_timeout,
         )
+
+
+# Fields whose values a message must never echo.
+_SECRET_FIELDS = frozenset(
+    name
+    for name, field in Settings.model_fields.items()
+    if "SecretStr" in repr(field.annotation)
+)
+
+
+def _policy_problems(error: ValidationError) -> str:
+    """A WindowPolicy's complaint, naming the TURNLEDGER_ variables behind it."""
+    names = {"wire_format": "window_format", "fold_threshold_tokens": None}
+    problems = []
+    for item in error.errors(include_url=False):
+        message = str(item.get("msg", "invalid")).removeprefix("Value error, ")
+        location = item.get("loc", ())
+        if location:
+            field = str(location[0])
+            setting = names.get(field, f"window_{field}") or field
+            message = f"{ENV_PREFIX}{setting.upper()}: {message}"
+        else:
+            message = f"{ENV_PREFIX}WINDOW_* settings: {message}"
+        problems.append(message)
+    return "; ".join(problems)
+
+
+def setting_names() -> list[str]:
+    """Every TURNLEDGER_* variable a Settings field reads."""
+    return [ENV_PREFIX + name.upper() for name in Settings.model_fields]
+
+
+def check_environment_names(environ: Mapping[str, str]) -> None:
+    """Refuse a TURNLEDGER_* variable that is no setting (a typo runs on defaults).
+
+    pydantic-settings never looks at a variable that names no field, so a
+    misspelled TURNLEDGER_PERSISTANCE=postgres would otherwise run on SQLite.
+    """
+    known = setting_names()
+    for name in sorted(environ):
+        if not name.startswith(ENV_PREFIX) or name in known:
+            continue
+        closest = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+        hint = f"did you mean {closest[0]}?" if closest else "see the README's table"
+        raise InvalidInputError(name, f"no such setting; {hint}")
+
+
+def describe_settings_error(error: ValidationError) -> str:
+    """One line naming each variable that is wrong, and why (no pydantic dump)."""
+    problems = []
+    for item in error.errors(include_url=False):
+        message = str(item.get("msg", "invalid")).removeprefix("Value error, ")
+        location = item.get("loc", ())
+        if not location:
+            problems.append(message)
+            continue
+        field = str(location[0])
+        name = ENV_PREFIX + field.upper()
+        value = item.get("input")
+        if field in _SECRET_FIELDS or isinstance(value, dict) or value is None:
+            problems.append(f"{name}: {message}")
+        else:
+            shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+            problems.append(f"{name}={shown}: {message}")
+    return "; ".join(problems)

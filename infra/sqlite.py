@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -62,6 +62,13 @@ _SCHEMA = [
         followed_id INTEGER NOT NULL,
         destroyed_id INTEGER NOT NULL,
         compacted_id INTEGER NOT NULL
+    )
+    """,
+    # The store's ids of itself: its master key's, its deletion record's.
+    """
+    CREATE TABLE IF NOT EXISTS key_store_meta (
+        name TEXT PRIMARY KEY,
+        value TEXT NOT NULL
     )
     """,
 ]
@@ -146,6 +153,7 @@ class SQLiteKeyStore(KeyStore):
     ) -> int:
         deleted = 0
         ids = list(turn_ids)
+        self._remember_destroyed(conversation_id, ids, tracking)
         with self._lock:
             self._connection.execute("BEGIN IMMEDIATE")
             try:
@@ -201,6 +209,62 @@ class SQLiteKeyStore(KeyStore):
     def close(self) -> None:
         with self._lock:
             self._connection.close()
+
+    def read_meta(self, name: str) -> str | None:
+        with self._lock:
+            try:
+                row = self._connection.execute(
+                    "SELECT value FROM key_store_meta WHERE name = ?", (name,)
+                ).fetchone()
+            except sqlite3.OperationalError:  # a store older than the table
+                return None
+        return None if row is None else str(row[0])
+
+    def write_meta(self, name: str, value: str) -> None:
+        with self._lock:
+            self._connection.execute(
+                "INSERT OR REPLACE INTO key_store_meta VALUES (?, ?)", (name, value)
+            )
+
+    def destroyed_key_ids(self) -> set[tuple[UUID, str]]:
+        with self._lock:
+            rows = self._connection.execute(
+                "SELECT conversation_id, turn_id FROM destroyed_turn_keys"
+            ).fetchall()
+        return {(UUID(hex=conversation), turn_id) for conversation, turn_id in rows}
+
+    def any_wrapped_key(self) -> tuple[UUID, str, bytes] | None:
+        with self._lock:
+            row = self._connection.execute(
+                "SELECT conversation_id, turn_id, wrapped_key FROM turn_keys LIMIT 1"
+            ).fetchone()
+        return None if row is None else (UUID(hex=row[0]), row[1], bytes(row[2]))
+
+    def rewrap_all(
+        self, rewrap: Callable[[UUID, str, bytes], bytes], *, key_id: str
+    ) -> int:
+        with self._lock:
+            self._connection.execute("BEGIN IMMEDIATE")
+            try:
+                rows = self._connection.execute(
+                    "SELECT conversation_id, turn_id, wrapped_key FROM turn_keys"
+                ).fetchall()
+                self._connection.executemany(
+                    "UPDATE turn_keys SET wrapped_key = ? "
+                    "WHERE conversation_id = ? AND turn_id = ?",
+                    ((rewrap(UUID(hex=c), t, bytes(w)), c, t) for c, t, w in rows),
+                )
+                self._connection.execute(
+                    "INSERT OR REPLACE INTO key_store_meta VALUES (?, ?)",
+                    ("master_key_id", key_id),
+                )
+                self._connection.execute("COMMIT")
+            except BaseException:
+                self._connection.execute("ROLLBACK")
+                raise
+            # Old wrappings in the WAL open nothing a new one does not.
+            self._checkpoint()
+        return len(rows)
 
     def _checkpoint(self) -> bool:
         row = self._connection.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()

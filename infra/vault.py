@@ -40,6 +40,8 @@ _UNPADDED_FORMAT = b"\x01"
 PAD_BYTES = 32
 _NONCE_BYTES = 12
 _KEY_WRAP_BYTES = 40  # a 32-byte key wrapped by RFC 3394
+# The key store's metadata naming the id of the master key its keys are under.
+MASTER_KEY_META = "master_key_id"
 
 
 class MasterKeyError(TurnLedgerError, ValueError):
@@ -54,6 +56,20 @@ def decode_master_key(encoded: str) -> bytes:
     if len(key) != 32:
         raise MasterKeyError(f"the master key must be 32 bytes, got {len(key)}")
     return key
+
+
+def master_key_id(master_key: bytes) -> str:
+    """A public id of a master key (HKDF of it: says nothing of the key)."""
+    return (
+        HKDF(
+            algorithm=hashes.SHA256(),
+            length=8,
+            salt=None,
+            info=b"turnledger/master-key-id/v1",
+        )
+        .derive(master_key)
+        .hex()
+    )
 
 
 def new_master_key() -> str:
@@ -214,6 +230,41 @@ class KeyVault:
             salt=None,
             info=b"turnledger/receipt/v1|" + conversation_id.bytes,
         ).derive(b"".join(material))
+
+    def check_master_key(self, *, remember: bool) -> None:
+        """Refuse a master key that is not the store's, before anything is
+        sealed under it; with `remember`, record its id in a store that has
+        none yet (a new store, or one written before ids were kept)."""
+        mine = master_key_id(self._master_key)
+        stored = self._keys.read_meta(MASTER_KEY_META)
+        if stored is not None and stored != mine:
+            raise MasterKeyError(
+                f"the configured master key (id {mine}) is not the key of this "
+                f"store (id {stored}): configure the store's key; to change it, "
+                "run `turnledger rotate-master-key` (docs/deletion.md)"
+            )
+        if stored is None:
+            sample = self._keys.any_wrapped_key()
+            if sample is not None:
+                conversation_id, key_id, wrapped = sample
+                self._unwrap(conversation_id, key_id, wrapped)  # MasterKeyError
+            if remember:
+                self._keys.write_meta(MASTER_KEY_META, mine)
+
+    def rotate_master_key(self, new_master_key: bytes) -> int:
+        """Rewrap every stored key under `new_master_key`, in one transaction
+        that also records the new key's id; return the number of keys."""
+        if new_master_key == self._master_key:
+            raise MasterKeyError("the new master key is the current one")
+
+        def rewrap(conversation_id: UUID, key_id: str, wrapped: bytes) -> bytes:
+            data_key = self._unwrap(conversation_id, key_id, wrapped)
+            return aes_key_wrap(new_master_key, data_key)
+
+        count = self._keys.rewrap_all(rewrap, key_id=master_key_id(new_master_key))
+        self._master_key = new_master_key
+        self._master = AESGCM(new_master_key)
+        return count
 
     @property
     def purge_view(self) -> KeyStore:

@@ -28,7 +28,7 @@ more elements of one array that always holds at least the current question.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cache
 from json.encoder import encode_basestring
@@ -40,12 +40,14 @@ from turnledger.projections.turn_shapes import (
     TURN_TEXTS,
     SentTurn,
     TurnContent,
+    WireIds,
     anthropic_turn,
     arguments_json_many,
     gemini_turn,
     openai_chat_turn,
     openai_responses_turn,
 )
+from turnledger.projections.wire_ids import request_wire_ids
 
 WireFormatName = Literal[
     "openai-chat", "openai-responses", "anthropic-messages", "gemini-contents"
@@ -75,6 +77,9 @@ class RequestParts:
     pairs: Sequence[tuple[str, str] | SentTurn] = field(default_factory=tuple)
     fold: str | None = None  # labelled summary, or None
     max_output_tokens: int = 1000
+    # Each turn with parts' wire ids (wire_ids.request_wire_ids), when the
+    # window has them already; else they are worked out from the turns.
+    wire_ids: Sequence[WireIds] | None = None
 
 
 def encode_json(document: Any) -> bytes:
@@ -86,13 +91,26 @@ def _dumps(document: Any) -> str:
     return json.dumps(document, ensure_ascii=False, separators=(",", ":"))
 
 
+def sent_turns(parts: RequestParts) -> list[SentTurn]:
+    """The request's turns with parts, oldest first."""
+    return [pair for pair in parts.pairs if not isinstance(pair, tuple)]
+
+
+def _wire_ids(wire_format: str, parts: RequestParts) -> Iterator[WireIds]:
+    """Each turn with parts' wire ids (wire_ids.py), in the turns' order."""
+    if parts.wire_ids is not None:
+        return iter(parts.wire_ids)
+    return iter(request_wire_ids(wire_format, sent_turns(parts)))
+
+
 def _openai_chat(parts: RequestParts) -> dict[str, Any]:
     messages: list[dict[str, Any]] = [{"role": "system", "content": parts.system}]
     if parts.fold is not None:
         messages.append({"role": "system", "content": parts.fold})
+    ids = _wire_ids("openai-chat", parts)
     for pair in parts.pairs:
         if not isinstance(pair, tuple):
-            messages += openai_chat_turn(pair)
+            messages += openai_chat_turn(pair, next(ids))
             continue
         messages.append({"role": "user", "content": pair[0]})
         messages.append({"role": "assistant", "content": pair[1]})
@@ -107,9 +125,10 @@ def _openai_responses(parts: RequestParts) -> dict[str, Any]:
     items: list[dict[str, Any]] = []
     if parts.fold is not None:
         items.append({"role": "developer", "content": parts.fold})
+    ids = _wire_ids("openai-responses", parts)
     for pair in parts.pairs:
         if not isinstance(pair, tuple):
-            items += openai_responses_turn(pair)
+            items += openai_responses_turn(pair, next(ids))
             continue
         items.append({"role": "user", "content": pair[0]})
         items.append({"role": "assistant", "content": pair[1]})
@@ -133,9 +152,10 @@ def _anthropic_messages(parts: RequestParts) -> dict[str, Any]:
         document["system"] = parts.system
     # Whole pairs then the question: user/assistant alternate strictly.
     messages: list[dict[str, Any]] = []
+    ids = _wire_ids("anthropic-messages", parts)
     for pair in parts.pairs:
         if not isinstance(pair, tuple):
-            messages += anthropic_turn(pair)
+            messages += anthropic_turn(pair, next(ids))
             continue
         messages.append({"role": "user", "content": pair[0]})
         messages.append({"role": "assistant", "content": pair[1]})
@@ -151,9 +171,10 @@ def _gemini_contents(parts: RequestParts) -> dict[str, Any]:
     if instruction:
         document["system_instruction"] = {"parts": instruction}
     contents: list[dict[str, Any]] = []
+    ids = _wire_ids("gemini-contents", parts)
     for pair in parts.pairs:
         if not isinstance(pair, tuple):
-            contents += gemini_turn(pair)
+            contents += gemini_turn(pair, next(ids))
             continue
         contents.append({"role": "user", "parts": [{"text": pair[0]}]})
         contents.append({"role": "model", "parts": [{"text": pair[1]}]})
@@ -204,6 +225,7 @@ def _render_text(wire_format: str, parts: RequestParts) -> str:
     if not frame.endswith(tail):
         raise AssertionError(f"the {wire_format} body does not end with its question")
     turn_texts = TURN_TEXTS[wire_format]
+    ids = _wire_ids(wire_format, parts)
     arguments = None
     if wire_format in ARGUMENTS_AS_OBJECTS:
         arguments = iter(
@@ -222,7 +244,7 @@ def _render_text(wire_format: str, parts: RequestParts) -> str:
         if isinstance(pair, tuple):
             messages += pair_texts(*pair)
         else:
-            messages += turn_texts(pair, arguments)
+            messages += turn_texts(pair, arguments, next(ids))
     messages.append(tail)
     return frame[: len(frame) - len(tail)] + ",".join(messages)
 

@@ -59,6 +59,7 @@ from turnledger.projections.window import (
     prepare_fold,
     report_dropped,
     resolve_policy,
+    settle_wire_ids,
 )
 
 logger = logging.getLogger("turnledger.window")
@@ -391,11 +392,15 @@ class ConversationQueries:
             )
         elif unread:
             sent.update(self.open_for_window(conversation_id, unread))
-        sent_turns = [sent[row.turn_id] for row in kept_rows]
+        settled = settle_wire_ids(
+            plan, [sent[row.turn_id] for row in kept_rows], policy
+        )
+        plan = settled.plan
         return build_window(
             frame=frame,
             plan=plan,
-            sent_turns=sent_turns,
+            sent_turns=settled.turns,
+            wire_ids=settled.wire_ids,
             dropped=self._dropped(head, fold, frame, plan),
             policy=policy,
             counter=counter,

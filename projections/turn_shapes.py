@@ -110,7 +110,15 @@ def _chat_user(turn: TurnContent) -> dict[str, Any]:
     return {"role": "user", "content": content}
 
 
-def openai_chat_turn(turn: TurnContent) -> list[dict[str, Any]]:
+WireIds = Mapping[str, str] | None
+"""Stored call id -> the id sent, where they differ (projections/wire_ids.py)."""
+
+
+def _wire(ids: WireIds, call_id: str) -> str:
+    return call_id if ids is None else ids.get(call_id, call_id)
+
+
+def openai_chat_turn(turn: TurnContent, ids: WireIds = None) -> list[dict[str, Any]]:
     messages = [_chat_user(turn)]
     said: list[AssistantText | Refusal] = []  # the current run's texts, refusals
     calls: list[dict[str, Any]] = []  # and its calls
@@ -120,12 +128,16 @@ def openai_chat_turn(turn: TurnContent) -> list[dict[str, Any]]:
                 messages.append(_chat_assistant(said, calls))
                 said, calls = [], []
             messages.append(
-                {"role": "tool", "tool_call_id": step.call_id, "content": step.content}
+                {
+                    "role": "tool",
+                    "tool_call_id": _wire(ids, step.call_id),
+                    "content": step.content,
+                }
             )
         elif isinstance(step, ToolCall):
             calls.append(
                 {
-                    "id": step.call_id,
+                    "id": _wire(ids, step.call_id),
                     "type": "function",
                     "function": {"name": step.name, "arguments": step.arguments},
                 }
@@ -187,7 +199,9 @@ def _responses_attachment(attachment: Attachment) -> dict[str, Any]:
     }
 
 
-def openai_responses_turn(turn: TurnContent) -> list[dict[str, Any]]:
+def openai_responses_turn(
+    turn: TurnContent, ids: WireIds = None
+) -> list[dict[str, Any]]:
     if turn.attachments:
         content: Any = [{"type": "input_text", "text": turn.question}]
         content += [_responses_attachment(a) for a in turn.attachments]
@@ -199,7 +213,7 @@ def openai_responses_turn(turn: TurnContent) -> list[dict[str, Any]]:
             items.append(
                 {
                     "type": "function_call",
-                    "call_id": step.call_id,
+                    "call_id": _wire(ids, step.call_id),
                     "name": step.name,
                     "arguments": step.arguments,
                 }
@@ -208,7 +222,7 @@ def openai_responses_turn(turn: TurnContent) -> list[dict[str, Any]]:
             items.append(
                 {
                     "type": "function_call_output",
-                    "call_id": step.call_id,
+                    "call_id": _wire(ids, step.call_id),
                     "output": step.content,
                 }
             )
@@ -248,7 +262,7 @@ def _text_content(blocks: list[dict[str, Any]]) -> Any:
     return blocks
 
 
-def anthropic_turn(turn: TurnContent) -> list[dict[str, Any]]:
+def anthropic_turn(turn: TurnContent, ids: WireIds = None) -> list[dict[str, Any]]:
     user: list[dict[str, Any]] = [{"type": "text", "text": turn.question}]
     user += [_anthropic_attachment(a) for a in turn.attachments]
     messages: list[dict[str, Any]] = [{"role": "user", "content": _text_content(user)}]
@@ -262,7 +276,7 @@ def anthropic_turn(turn: TurnContent) -> list[dict[str, Any]]:
                 messages.append({"role": "user", "content": results})
             block: dict[str, Any] = {
                 "type": "tool_result",
-                "tool_use_id": step.call_id,
+                "tool_use_id": _wire(ids, step.call_id),
                 "content": step.content,
             }
             if step.is_error:
@@ -274,7 +288,7 @@ def anthropic_turn(turn: TurnContent) -> list[dict[str, Any]]:
             run.append(
                 {
                     "type": "tool_use",
-                    "id": step.call_id,
+                    "id": _wire(ids, step.call_id),
                     "name": step.name,
                     "input": step.arguments_object(),
                 }
@@ -306,38 +320,36 @@ def _gemini_attachment(attachment: Attachment) -> dict[str, Any]:
     }
 
 
-def gemini_turn(turn: TurnContent) -> list[dict[str, Any]]:
+def gemini_turn(turn: TurnContent, ids: WireIds = None) -> list[dict[str, Any]]:
     user: list[dict[str, Any]] = [{"text": turn.question}]
     user += [_gemini_attachment(a) for a in turn.attachments]
     contents: list[dict[str, Any]] = [{"role": "user", "parts": user}]
     names: dict[str, str] = {}
+    order: dict[str, int] = {}  # the current run's calls, in order
     run: list[dict[str, Any]] = []
-    results: list[dict[str, Any]] | None = None
+    results: list[tuple[int, dict[str, Any]]] | None = None
     for step in turn.steps:
         if isinstance(step, ToolResult):
             if results is None:
                 contents.append({"role": "model", "parts": run})
                 results, run = [], []
-                contents.append({"role": "user", "parts": results})
-            results.append(
-                {
-                    "functionResponse": {
-                        "id": step.call_id,
-                        "name": names[step.call_id],
-                        "response": {
-                            "error" if step.is_error else "output": step.content
-                        },
-                    }
-                }
-            )
+            response: dict[str, Any] = {
+                "id": _wire(ids, step.call_id),
+                "name": names[step.call_id],
+                "response": {"error" if step.is_error else "output": step.content},
+            }
+            results.append((order[step.call_id], {"functionResponse": response}))
             continue
-        results = None
+        if results is not None:
+            contents.append(_gemini_responses(results))
+            results, order = None, {}
         if isinstance(step, ToolCall):
             names[step.call_id] = step.name
+            order[step.call_id] = len(order)
             run.append(
                 {
                     "functionCall": {
-                        "id": step.call_id,
+                        "id": _wire(ids, step.call_id),
                         "name": step.name,
                         "args": step.arguments_object(),
                     }
@@ -345,9 +357,19 @@ def gemini_turn(turn: TurnContent) -> list[dict[str, Any]]:
             )
         else:
             run.append({"text": step.text})
+    if results is not None:
+        contents.append(_gemini_responses(results))
     run.append({"text": turn.answer})
     contents.append({"role": "model", "parts": run})
     return contents
+
+
+def _gemini_responses(results: list[tuple[int, Any]]) -> dict[str, Any]:
+    """The user content answering a run: Gemini matches responses to calls by
+    position and name, so they go in the calls' order, whatever order the
+    results came in."""
+    results.sort(key=lambda result: result[0])
+    return {"role": "user", "parts": [part for _, part in results]}
 
 
 TURN_SHAPES = {
@@ -394,7 +416,11 @@ class TurnDocuments(Protocol):
 
 
 class SentTurn(TurnContent, TurnDocuments, Protocol):
-    """A turn with parts as a body takes it: as steps and as their documents."""
+    """A turn with parts as a body takes it: as steps and as their documents,
+    with its id (wire ids are derived from it, projections/wire_ids.py)."""
+
+    @property
+    def turn_id(self) -> str: ...
 
 
 _string = encode_basestring  # json.dumps's own, with ensure_ascii=False
@@ -475,6 +501,12 @@ def _arguments(call: Mapping[str, Any], arguments: Iterator[str] | None) -> str:
     return next(arguments)
 
 
+def _id(ids: WireIds, step: Mapping[str, Any]) -> str:
+    """The step's call id as sent, as JSON text."""
+    call_id: str = step["call_id"]
+    return _string(call_id if ids is None else ids.get(call_id, call_id))
+
+
 def _list(items: list[str]) -> str:
     return "[" + ",".join(items) + "]"
 
@@ -529,7 +561,7 @@ def _unknown(step: Mapping[str, Any]) -> ValueError:
 
 
 def openai_chat_texts(
-    turn: TurnDocuments, arguments: Iterator[str] | None = None
+    turn: TurnDocuments, arguments: Iterator[str] | None = None, ids: WireIds = None
 ) -> list[str]:
     if turn.attachment_documents:
         user = [f'{{"type":"text","text":{_string(turn.question)}}}']
@@ -546,12 +578,12 @@ def openai_chat_texts(
                 messages.append(_chat_assistant_text(said, calls))
                 said, calls = [], []
             messages.append(
-                f'{{"role":"tool","tool_call_id":{_string(step["call_id"])},'
+                f'{{"role":"tool","tool_call_id":{_id(ids, step)},'
                 f'"content":{_string(step["content"])}}}'
             )
         elif kind == "tool_call":
             calls.append(
-                f'{{"id":{_string(step["call_id"])},"type":"function","function":'
+                f'{{"id":{_id(ids, step)},"type":"function","function":'
                 f'{{"name":{_string(step["name"])},'
                 f'"arguments":{_string(step["arguments"])}}}}}'
             )
@@ -588,7 +620,7 @@ def _chat_assistant_text(said: list[Mapping[str, Any]], calls: list[str]) -> str
 
 
 def openai_responses_texts(
-    turn: TurnDocuments, arguments: Iterator[str] | None = None
+    turn: TurnDocuments, arguments: Iterator[str] | None = None, ids: WireIds = None
 ) -> list[str]:
     if turn.attachment_documents:
         user = [f'{{"type":"input_text","text":{_string(turn.question)}}}']
@@ -600,14 +632,14 @@ def openai_responses_texts(
         kind = step["kind"]
         if kind == "tool_call":
             items.append(
-                f'{{"type":"function_call","call_id":{_string(step["call_id"])},'
+                f'{{"type":"function_call","call_id":{_id(ids, step)},'
                 f'"name":{_string(step["name"])},'
                 f'"arguments":{_string(step["arguments"])}}}'
             )
         elif kind == "tool_result":
             items.append(
                 '{"type":"function_call_output",'
-                f'"call_id":{_string(step["call_id"])},'
+                f'"call_id":{_id(ids, step)},'
                 f'"output":{_string(step["content"])}}}'
             )
         elif kind in _SAID:
@@ -627,7 +659,7 @@ def _anthropic_content(blocks: list[str], first_text: str | None) -> str:
 
 
 def anthropic_texts(
-    turn: TurnDocuments, arguments: Iterator[str] | None = None
+    turn: TurnDocuments, arguments: Iterator[str] | None = None, ids: WireIds = None
 ) -> list[str]:
     question = _string(turn.question)
     if turn.attachment_documents:
@@ -648,7 +680,7 @@ def anthropic_texts(
                 results, run, first_text = [], [], None
             error = ',"is_error":true' if step["is_error"] else ""
             results.append(
-                f'{{"type":"tool_result","tool_use_id":{_string(step["call_id"])},'
+                f'{{"type":"tool_result","tool_use_id":{_id(ids, step)},'
                 f'"content":{_string(step["content"])}{error}}}'
             )
             continue
@@ -657,7 +689,7 @@ def anthropic_texts(
             results = None
         if kind == "tool_call":
             run.append(
-                f'{{"type":"tool_use","id":{_string(step["call_id"])},'
+                f'{{"type":"tool_use","id":{_id(ids, step)},'
                 f'"name":{_string(step["name"])},'
                 f'"input":{_arguments(step, arguments)}}}'
             )
@@ -681,14 +713,15 @@ def anthropic_texts(
 
 
 def gemini_texts(
-    turn: TurnDocuments, arguments: Iterator[str] | None = None
+    turn: TurnDocuments, arguments: Iterator[str] | None = None, ids: WireIds = None
 ) -> list[str]:
     user = [f'{{"text":{_string(turn.question)}}}']
     user += [_gemini_attachment_text(a) for a in turn.attachment_documents]
     contents = [f'{{"role":"user","parts":{_list(user)}}}']
     names: dict[str, str] = {}  # call id -> the call's name as JSON text
+    order: dict[str, int] = {}  # the current run's calls, in order
     run: list[str] = []
-    results: list[str] | None = None
+    results: list[tuple[int, str]] | None = None
     for step in turn.step_documents:
         kind = step["kind"]
         if kind == "tool_result":
@@ -697,18 +730,22 @@ def gemini_texts(
                 results, run = [], []
             key = "error" if step["is_error"] else "output"
             results.append(
-                f'{{"functionResponse":{{"id":{_string(step["call_id"])},'
-                f'"name":{names[step["call_id"]]},'
-                f'"response":{{"{key}":{_string(step["content"])}}}}}}}'
+                (
+                    order[step["call_id"]],
+                    f'{{"functionResponse":{{"id":{_id(ids, step)},'
+                    f'"name":{names[step["call_id"]]},'
+                    f'"response":{{"{key}":{_string(step["content"])}}}}}}}',
+                )
             )
             continue
         if results is not None:
-            contents.append(f'{{"role":"user","parts":{_list(results)}}}')
-            results = None
+            contents.append(_gemini_responses_text(results))
+            results, order = None, {}
         if kind == "tool_call":
             name = names[step["call_id"]] = _string(step["name"])
+            order[step["call_id"]] = len(order)
             run.append(
-                f'{{"functionCall":{{"id":{_string(step["call_id"])},"name":{name},'
+                f'{{"functionCall":{{"id":{_id(ids, step)},"name":{name},'
                 f'"args":{_arguments(step, arguments)}}}}}'
             )
         elif kind in _SAID:
@@ -716,13 +753,20 @@ def gemini_texts(
         else:
             raise _unknown(step)
     if results is not None:
-        contents.append(f'{{"role":"user","parts":{_list(results)}}}')
+        contents.append(_gemini_responses_text(results))
     run.append(f'{{"text":{_string(turn.answer)}}}')
     contents.append(f'{{"role":"model","parts":{_list(run)}}}')
     return contents
 
 
-TURN_TEXTS: dict[str, Callable[[TurnDocuments, Iterator[str] | None], list[str]]] = {
+def _gemini_responses_text(results: list[tuple[int, str]]) -> str:
+    """`_gemini_responses` as text."""
+    results.sort(key=lambda result: result[0])
+    return f'{{"role":"user","parts":{_list([part for _, part in results])}}}'
+
+
+TurnTexts = Callable[[TurnDocuments, Iterator[str] | None, WireIds], list[str]]
+TURN_TEXTS: dict[str, TurnTexts] = {
     "openai-chat": openai_chat_texts,
     "openai-responses": openai_responses_texts,
     "anthropic-messages": anthropic_texts,

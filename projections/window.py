@@ -32,7 +32,7 @@ decrypted. A turn is always whole: its tool calls go with their results.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from turnledger.domain.conversation import TurnSizes
@@ -85,9 +85,11 @@ from turnledger.projections.tokens import (
 )
 from turnledger.projections.turn_shapes import (
     SentTurn,
+    WireIds,
     attachment_note,
     sent_as_note,
 )
+from turnledger.projections.wire_ids import request_wire_ids, wire_id_growth
 
 __all__ = [
     "DROP_REASONS",
@@ -107,6 +109,7 @@ __all__ = [
     "WindowPlan",
     "WindowTurn",
     "Frame",
+    "SettledWindow",
     "TurnIdLister",
     "TurnIdsUnavailableError",
     "build_window",
@@ -122,6 +125,7 @@ __all__ = [
     "report_dropped",
     "resolve_policy",
     "select_window",
+    "settle_wire_ids",
     "turn_cost",
 ]
 
@@ -661,6 +665,63 @@ def plan_in_frame(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class SettledWindow:
+    """A plan, its turns (oldest first) and their wire ids, once settled."""
+
+    plan: WindowPlan
+    turns: list[WindowTurn | OpenedTurn]
+    wire_ids: Sequence[WireIds]  # of each turn with parts, in order
+
+
+def settle_wire_ids(
+    plan: WindowPlan,
+    sent_turns: Sequence[WindowTurn | OpenedTurn],
+    policy: WindowPolicy,
+) -> SettledWindow:
+    """The plan and its turns (oldest first) once call ids are sent as wire ids.
+
+    Turns are measured with their stored ids; a body sends each call's wire id
+    (wire_ids.py), which is longer or shorter where a stored id does not fit
+    the format or is used again. The growth is added to the body's bytes, and
+    while it breaks the byte limit the oldest kept turn is left out (for
+    "bytes", so the window stays a suffix): mapped ids make a window at most
+    one derived id per call larger than planned, never over its limit.
+    """
+    wire_format = policy.wire_format
+    turns = list(sent_turns)
+    kept = list(plan.kept_newest_first)
+    dropped: PairCandidate | None = None
+    body_bytes, tokens = plan.body_bytes, plan.history_tokens
+    over_budget = plan.floor_over_budget
+    while True:
+        with_parts = [turn for turn in turns if _as_pair(turn) is turn]
+        mapped = request_wire_ids(wire_format, with_parts)
+        growth = sum(wire_id_growth(with_parts, mapped))
+        if body_bytes + growth <= policy.max_bytes or not turns:
+            break
+        dropped = kept.pop()  # the oldest: the floor's pairs over budget go first
+        turns.pop(0)
+        body_bytes -= dropped.bytes_in(wire_format)
+        tokens -= dropped.tokens
+        over_budget = max(0, over_budget - 1)
+    if dropped is None:
+        return SettledWindow(
+            replace(plan, body_bytes=body_bytes + growth), turns, mapped
+        )
+    settled = replace(
+        plan,
+        kept_newest_first=tuple(kept),
+        stop_reason="bytes",
+        stopped_at=dropped.turn_id,
+        stopped_position=dropped.position,
+        body_bytes=body_bytes + growth,
+        history_tokens=tokens,
+        floor_over_budget=over_budget,
+    )
+    return SettledWindow(settled, turns, mapped)
+
+
 # The dropped report -------------------------------------------------------------
 
 
@@ -725,9 +786,11 @@ def build_window(
     policy: WindowPolicy,
     counter: TokenCounter,
     fold_due: bool = False,
+    wire_ids: Sequence[WireIds] | None = None,
 ) -> Window:
     """Render the planned window. `sent_turns` are the kept turns, oldest first,
-    with their texts already trimmed."""
+    with their texts already trimmed; `wire_ids` their wire ids when settled
+    (settle_wire_ids), else they are worked out again."""
     parts = RequestParts(
         model=frame.parts.model,
         system=frame.parts.system,
@@ -735,6 +798,7 @@ def build_window(
         pairs=tuple(_as_pair(turn) for turn in sent_turns),
         fold=frame.parts.fold,
         max_output_tokens=frame.parts.max_output_tokens,
+        wire_ids=wire_ids,
     )
     body = render_body(policy.wire_format, parts)
     # The plan counted these bytes from recorded sizes; a mismatch would mean
@@ -830,7 +894,10 @@ def select_window(
     ]
     plan = plan_in_frame(frame, (candidate for candidate, _ in measured), policy)
     kept = len(plan.kept_newest_first)
-    sent = [sent_turn for _, sent_turn in measured[:kept]][::-1]
+    settled = settle_wire_ids(
+        plan, [sent_turn for _, sent_turn in measured[:kept]][::-1], policy
+    )
+    plan = settled.plan
     dropped = report_dropped(
         frame=frame,
         plan=plan,
@@ -842,10 +909,11 @@ def select_window(
     return build_window(
         frame=frame,
         plan=plan,
-        sent_turns=sent,
+        sent_turns=settled.turns,
         dropped=dropped,
         policy=policy,
         counter=counter,
+        wire_ids=settled.wire_ids,
     )
 
 

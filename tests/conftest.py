@@ -70,6 +70,16 @@ def postgres_settings(postgres_schema: str) -> Settings:
     )
 
 
+@pytest.fixture(autouse=True)
+def _deletion_record_dir(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each test keeps its deletion records apart (never in the real home);
+    child processes inherit the variable with the other TURNLEDGER_* ones."""
+    directory = tmp_path_factory.mktemp("deletion-records")
+    monkeypatch.setenv("TURNLEDGER_DELETION_RECORD_DIR", str(directory))
+
+
 @pytest.fixture(params=STORES)
 def settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
     """Settings for one store; the same settings reopen the same data."""

@@ -49,6 +49,7 @@ from turnledger.domain.parts import (
     Refusal,
     ToolCall,
     ToolResult,
+    TurnParts,
 )
 from turnledger.infra.adapters.turns import (
     STAND_IN_QUESTION,
@@ -90,7 +91,15 @@ def window_messages(
         policy=chat_policy,
         token_counter=token_counter,
     )
-    return convert_to_messages(json.loads(projected.window.body)["messages"])
+    messages = convert_to_messages(json.loads(projected.window.body)["messages"])
+    if any(isinstance(message, ToolMessage) for message in messages):
+        kept = _turns_by_id(
+            ledger, owner_id, conversation_id, projected.window.kept_turn_ids
+        )
+        turn_ids = projected.window.kept_turn_ids
+        if all(turn_id in kept for turn_id in turn_ids):  # none deleted since
+            _mark_errors(messages, [kept[turn_id] for turn_id in turn_ids])
+    return messages
 
 
 class TurnLedgerChatHistory(BaseChatMessageHistory):
@@ -159,6 +168,7 @@ class TurnLedgerChatHistory(BaseChatMessageHistory):
             self.turns.conversation_id,
         )
         documents: list[dict[str, Any]] = []
+        turns: list[TurnParts] = []
         offset: int | None = 0
         while offset is not None:
             page = ledger.get_history(
@@ -167,8 +177,11 @@ class TurnLedgerChatHistory(BaseChatMessageHistory):
             for item in page.items:
                 if item.status == TurnStatus.CONFIRMED and item.parts is not None:
                     documents += openai_chat_turn(item.parts)
+                    turns.append(item.parts)
             offset = page.next_offset
-        return convert_to_messages(documents)
+        messages = convert_to_messages(documents)
+        _mark_errors(messages, turns)
+        return messages
 
     def _window_history(self) -> list[BaseMessage]:
         window = window_messages(
@@ -184,6 +197,43 @@ class TurnLedgerChatHistory(BaseChatMessageHistory):
         # An openai-chat body always begins with the system message (empty or
         # not) and ends with the question: the history is what is between.
         return window[1:-1]
+
+
+def _mark_errors(messages: list[BaseMessage], turns: Sequence[TurnParts]) -> None:
+    """Give each ToolMessage the status of its result: an OpenAI chat body (what
+    the messages are converted from) has no error flag, but its tool messages
+    are the turns' results in their order."""
+    failed = iter(
+        step.is_error
+        for turn in turns
+        for step in turn.steps
+        if isinstance(step, ToolResult)
+    )
+    for message in messages:
+        if isinstance(message, ToolMessage) and next(failed):
+            message.status = "error"
+
+
+def _turns_by_id(
+    ledger: Conversations,
+    owner_id: str,
+    conversation_id: UUID,
+    turn_ids: Sequence[str],
+) -> dict[str, TurnParts]:
+    """The parts of the named turns, read from the newest page of history back
+    (a window's turns are the newest)."""
+    wanted, found = set(turn_ids), dict[str, TurnParts]()
+    end = ledger.get_conversation(owner_id, conversation_id).turn_count
+    while wanted - found.keys() and end > 0:
+        start = max(0, end - MAX_HISTORY_PAGE)
+        page = ledger.get_history(
+            owner_id, conversation_id, offset=start, limit=end - start
+        )
+        for item in page.items:
+            if item.turn_id in wanted and item.parts is not None:
+                found[item.turn_id] = item.parts
+        end = start
+    return found
 
 
 def _text(content: str | list[Any]) -> str:

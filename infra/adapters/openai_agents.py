@@ -134,6 +134,10 @@ class TurnLedgerSession:
                 continue
             if kind == "message" and item.get("role") == "user":
                 question, attachments = _user_input(item.get("content", ""))
+                if self.turns.can_confirm():
+                    # An exchange answered earlier in this batch (a session
+                    # seeded with prior messages): its last text is its answer.
+                    self.turns.confirm()
                 self.turns.begin(question, attachments, raw)
             elif kind == "message" and item.get("role") == "assistant":
                 self.turns.add(_assistant_steps(item.get("content", "")), raw)

@@ -27,8 +27,10 @@ from turnledger.infra.http.cursor import CursorCodec
 from turnledger.infra.http.database import (
     DatabaseGuard,
     DatabaseMonitor,
+    PoolsServe,
     PostgresCheck,
     install_outage_handlers,
+    service_pools,
 )
 from turnledger.infra.http.errors import install_error_handlers
 from turnledger.infra.http.limits import BodySizeLimit, HeadSizeLimit
@@ -85,9 +87,15 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         service.signals.bind(asyncio.get_running_loop())
         check: Callable[[], Awaitable[None]]
+        recover: Callable[[], Awaitable[None]] | None = None
         watcher: PostgresListener | Poller
         if settings.persistence == "postgres":
             check = postgres_check = PostgresCheck(settings.postgres_conninfo())
+            # After an outage: ready only once the pools requests use serve.
+            recover = PoolsServe(
+                service_pools(ledger, registry),
+                timeout=settings.http_database_timeout_seconds / 2,
+            )
             watcher = PostgresListener(
                 service.signals,
                 settings.postgres_conninfo(),
@@ -115,11 +123,14 @@ def create_app(
             timeout=settings.http_database_timeout_seconds
             if settings.persistence == "postgres"
             else max(settings.http_database_timeout_seconds, SQLITE_LOCK_SECONDS),
+            recover=recover,
         )
         monitor.start()
         app.state.database_monitor = monitor
         watcher.start()
-        purge_retry = app.state.purge_retry = PurgeRetry(ledger, settings)
+        purge_retry = app.state.purge_retry = PurgeRetry(
+            ledger, settings, database_available=lambda: monitor.available
+        )
         purge_retry.start()  # completes compactions left pending
         # Signed transparency-log checkpoints, when a directory is configured.
         checkpoints_stop = threading.Event()

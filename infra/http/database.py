@@ -10,7 +10,12 @@ such a request may still complete afterwards, so a 503 means "not
 acknowledged", not "not written": retried with the same turn id or client key,
 the request is answered from what was recorded (docs/sync.md).
 
-The probe recovers by itself: the first successful check serves requests again.
+The probe recovers by itself. While the database is down it looks every 0.2 s,
+and it says "available" again only once the service's own pools each lend a
+connection that answers (`recover`, `PoolsServe`): a separate connection that
+answers proves nothing about pools still backing off, and a request let through
+too early would wait for them (5-11 s, before the pools gave up their back-off
+quickly: infra/pool_check.py).
 """
 
 from __future__ import annotations
@@ -22,15 +27,21 @@ import sqlite3
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import eventsourcing.persistence as es_persistence
 import psycopg
+from eventsourcing.postgres import PostgresDatastore
 from fastapi import FastAPI, Request
+from psycopg_pool import ConnectionPool
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from turnledger.domain.errors import DatabaseUnavailableError
+from turnledger.infra.devices import DeviceRegistry
 from turnledger.infra.http.errors import ErrorJSONResponse, error_response
+from turnledger.infra.pool_check import pool_serves
+from turnledger.infra.service_layer.application import Conversations
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +76,9 @@ class DatabaseMonitor:
     """Checks the database on a schedule and says whether it is reachable.
 
     `check` is awaited with a deadline; raising or running past it means
-    unavailable. Use from the event loop only (except `poke_threadsafe`).
+    unavailable. While unavailable, `recover` must pass too (same deadline)
+    before the database is said to be available again. Use from the event loop
+    only (except `poke_threadsafe`).
     """
 
     def __init__(
@@ -74,8 +87,10 @@ class DatabaseMonitor:
         *,
         interval: float,
         timeout: float,
+        recover: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._check = check
+        self._recover = recover
         self._interval = interval
         self._timeout = timeout
         self._state = Availability(available=True, since=time.time())
@@ -133,6 +148,8 @@ class DatabaseMonitor:
     async def check_now(self) -> Availability:
         try:
             await asyncio.wait_for(self._check(), self._timeout)
+            if not self._state.available and self._recover is not None:
+                await asyncio.wait_for(self._recover(), self._timeout)
         except Exception as error:  # any failure of the check means "down"
             reason = (
                 f"no answer within {self._timeout:g} s"
@@ -207,6 +224,50 @@ class PostgresCheck:
         if connection is not None:
             with contextlib.suppress(Exception):
                 await connection.close()
+
+
+def service_pools(
+    ledger: Conversations, registry: DeviceRegistry
+) -> list[ConnectionPool[Any]]:
+    """The psycopg pools requests are served from: the event store's, the key
+    store's and the device store's (none off PostgreSQL)."""
+    pools: list[ConnectionPool[Any]] = []
+    datastore = getattr(ledger.recorder, "datastore", None)
+    if isinstance(datastore, PostgresDatastore):
+        pools.append(datastore.pool)
+    for part in (ledger.vault.purge_view, registry):
+        found = getattr(part, "connection_pools", None)
+        if found is not None:
+            pools.extend(found())
+    return pools
+
+
+class PoolsServe:
+    """Passes when every pool lends a connection that answers `SELECT 1`.
+
+    What readiness waits for after an outage: requests are served from these
+    pools, so the service is ready when they are.
+    """
+
+    def __init__(self, pools: list[ConnectionPool[Any]], *, timeout: float) -> None:
+        self._pools = pools
+        self._timeout = timeout
+
+    async def __call__(self) -> None:
+        await asyncio.to_thread(self._serve_all)
+
+    def _serve_all(self) -> None:
+        for pool in self._pools:
+            try:
+                pool_serves(pool, self._timeout)
+            except Exception as error:
+                raise PoolNotServingError(
+                    f"pool {pool.name}: {_one_line(error)}"
+                ) from error
+
+
+class PoolNotServingError(Exception):
+    """A pool of the service does not lend a working connection yet."""
 
 
 class DatabaseGuard:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from functools import partial
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 from uuid import UUID, uuid4
 
 from eventsourcing.application import Application
@@ -85,6 +85,9 @@ from turnledger.projections.results import (
 )
 from turnledger.projections.tokens import TokenCounter
 
+if TYPE_CHECKING:  # infra.restore imports this module
+    from turnledger.infra.restore import RestoreReport
+
 __all__ = [
     "MAX_HISTORY_PAGE",
     "Conversations",
@@ -148,6 +151,9 @@ class Conversations(Application[UUID]):
             max_in_flight=max_batches_in_flight,
         )
         self.purge = PurgeRunner(self, vault.purge_view)
+        # Set by the composition root: how the store compared with the
+        # deletion record when it was opened (infra/restore.py).
+        self.restore_report: RestoreReport | None = None
         self._turns = TurnWrites(self)
 
     @property

@@ -219,11 +219,14 @@ class TurnIn(RequestModel):
         """The parts as the ledger takes them (InvalidInputError if malformed)."""
         if self.parts is None:
             return None
-        return TurnParts.from_documents(
+        turn = TurnParts.from_documents(
             question=self.question,
             answer=self.answer,
             parts=[part.model_dump(exclude_none=True) for part in self.parts],
         )
+        if self.status == "confirmed":
+            turn.check_complete_parts()  # errors name parts[i], as sent
+        return turn
 
 
 class TurnReceiptOut(BaseModel):

@@ -134,6 +134,7 @@ def test_bad_users_and_names_are_rejected_and_add_nothing(
 
 def test_the_device_commands_add_list_and_revoke(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TURNLEDGER_")}
+    env["TURNLEDGER_DELETION_RECORD_DIR"] = os.environ["TURNLEDGER_DELETION_RECORD_DIR"]
     env.update(TURNLEDGER_DATA_DIR=str(tmp_path / "data"), COLUMNS="200")
 
     def turnledger(*args: str) -> subprocess.CompletedProcess[str]:
@@ -162,7 +163,7 @@ def test_the_device_commands_add_list_and_revoke(tmp_path: Path) -> None:
         with pytest.raises(UnauthenticatedError):
             registry.authenticate(token)
         missing = turnledger("revoke", "dev_nope")
-        assert missing.returncode == 1 and "not found" in missing.stderr
+        assert missing.returncode == 2 and "not found" in missing.stderr
     finally:
         registry.close()
 

@@ -94,6 +94,13 @@ BAD_PARTS = [
     ("invalid_input", [{**PARTS[0], "data": "***"}]),
     ("invalid_input", [{**PARTS[0], "byte_size": 99}]),
     ("invalid_input", [PARTS[1], PARTS[0]]),  # attachments come first
+    # Arguments no body can carry: a lone surrogate escape; nesting past the
+    # parser's recursion (2,000 deep: the fixture's request limit is 16 KiB).
+    ("invalid_input", [{**PARTS[2], "arguments": '{"x":"\\ud800"}'}, PARTS[3]]),
+    (
+        "invalid_input",
+        [{**PARTS[2], "arguments": "[" * 2_000 + "]" * 2_000}, PARTS[3]],
+    ),
 ]
 
 
@@ -106,4 +113,26 @@ def test_bad_parts_are_a_422_and_write_nothing(
     response = api.http.put(turn_url(api), headers={**api.auth, **JSON}, content=body)
     assert response.status_code == 422, response.text
     assert response.json()["error"]["code"] == code
+    assert api.head() == before
+
+
+@pytest.mark.parametrize(
+    ("parts", "field"),
+    [
+        ([PARTS[0], PARTS[1], PARTS[2]], "parts"),  # the call has no result
+        ([PARTS[0], PARTS[3]], "parts[1]"),  # a result answering no call
+        ([PARTS[0], {**PARTS[2], "arguments": "[]"}, PARTS[3]], "parts[1].arguments"),
+    ],
+)
+def test_a_bad_part_is_named_as_the_client_sent_it(
+    api: Api, parts: list[object], field: str
+) -> None:
+    before = api.head()
+    response = api.http.put(
+        turn_url(api),
+        headers=api.auth,
+        json={"question": "q", "answer": "a", "parts": parts},
+    )
+    assert response.status_code == 422, response.text
+    assert f"invalid {field}:" in response.json()["error"]["message"]
     assert api.head() == before

@@ -98,6 +98,7 @@ def crash_settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
 
 def _child_env(settings: Settings) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TURNLEDGER_")}
+    env["TURNLEDGER_DELETION_RECORD_DIR"] = os.environ["TURNLEDGER_DELETION_RECORD_DIR"]
     env.update(
         TURNLEDGER_PERSISTENCE=settings.persistence,
         TURNLEDGER_DATA_DIR=str(settings.data_dir),

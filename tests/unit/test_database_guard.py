@@ -79,3 +79,30 @@ def test_requests_in_flight_get_503_and_finished_ones_nothing_more() -> None:
         assert all(len(sent) == 2 for sent in answers)
 
     asyncio.run(scenario())
+
+
+def test_after_an_outage_the_database_is_available_only_once_the_pools_serve() -> None:
+    async def scenario() -> None:
+        database, pools = Database(), Database()
+        recovering: list[bool] = []
+
+        async def recover() -> None:
+            recovering.append(True)
+            await pools.check()
+
+        monitor = DatabaseMonitor(
+            database.check, interval=60, timeout=1, recover=recover
+        )
+        assert (await monitor.check_now()).available
+        assert not recovering, "the pools are not asked while all is well"
+        database.up = pools.up = False
+        assert not (await monitor.check_now()).available
+        database.up = True  # answers; the pools do not lend a connection yet
+        state = await monitor.check_now()
+        assert not state.available
+        assert state.reason is not None and "went away" in state.reason
+        pools.up = True
+        assert (await monitor.check_now()).available
+        assert len(recovering) == 2
+
+    asyncio.run(scenario())

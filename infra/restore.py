@@ -1,0 +1,219 @@
+"""The restore check: a store compared with the deletion record kept outside it.
+
+A backup taken before a deletion still holds the deleted turns' keys. When
+such a backup is restored, the record (which the backup did not roll back)
+names keys the store has not destroyed: they are destroyed again, the turns
+that still stand in the restored log are deleted again there (so every read,
+device and audit sees them deleted), and the key store is compacted, all
+before the store serves anything. docs/deletion.md, "Restores".
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from uuid import UUID
+
+from eventsourcing.persistence import Tracking
+
+from turnledger.infra.deletion_record import (
+    DeletionRecord,
+    DeletionRecordError,
+    DeletionRecordLostError,
+    RecordState,
+)
+from turnledger.infra.keystore import KeyStore
+from turnledger.infra.service_layer.application import Conversations
+
+_log = logging.getLogger(__name__)
+
+# The key store's metadata naming the record it follows.
+RECORD_META = "deletion_record_id"
+# Who a deletion redone after a restore is recorded as deleted by.
+RESTORE_ACTOR = "turnledger:restore-check"
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreReport:
+    """How the store compared with the record, and what was redone."""
+
+    record_path: Path
+    # Deletions in the record that the store had not applied (0: not restored
+    # from before any deletion), and their keys.
+    deletions_behind: int = 0
+    keys_behind: int = 0
+    turns_deleted_again: int = 0
+    keys_destroyed_again: int = 0
+    compaction_pending: bool = False
+    # The record was started (or caught up) from this store's own list.
+    adopted: bool = False
+
+    def describe(self) -> str:
+        if not self.deletions_behind:
+            return f"the store agrees with the deletion record {self.record_path}"
+        pending = " (compaction pending)" if self.compaction_pending else ""
+        return (
+            f"the store was restored from before {self.deletions_behind} "
+            f"deletion(s) recorded in {self.record_path}: "
+            f"{self.keys_destroyed_again} key(s) destroyed again, "
+            f"{self.turns_deleted_again} turn(s) deleted again in the log{pending}"
+        )
+
+
+def check_restore(
+    ledger: Conversations,
+    store: KeyStore,
+    record: DeletionRecord,
+    *,
+    apply: bool,
+) -> RestoreReport:
+    """Compare `store` with `record`; with `apply`, redo what the store lacks.
+
+    Without `apply` (read-only opens), a store behind the record is refused:
+    it would serve text whose deletion the record remembers.
+    """
+    attached = store.read_meta(RECORD_META)
+    if not record.exists():
+        if attached is not None:
+            raise DeletionRecordLostError(
+                f"the deletion record {record.path} is missing, and this store "
+                f"follows record {attached}: put it back, or run `turnledger "
+                "restore-check --rebuild-record` to start a new one from the "
+                "store's own list (deletions made after this store's backup are "
+                "then forgotten: see docs/deletion.md)"
+            )
+        if not apply:
+            return RestoreReport(record.path)
+        record.create()
+    state = record.load()
+    if attached is not None and attached != state.record_id:
+        raise DeletionRecordLostError(
+            f"the deletion record {record.path} is record {state.record_id}, "
+            f"but this store follows record {attached}: point "
+            "TURNLEDGER_DELETION_RECORD_DIR at its own record"
+        )
+    destroyed = store.destroyed_key_ids()
+    unrecorded = destroyed - state.ids
+    adopted = False
+    if unrecorded:
+        if attached is not None:
+            raise DeletionRecordLostError(
+                f"the deletion record {record.path} lacks {len(unrecorded)} "
+                "destroyed key(s) this store knows: it was rolled back or "
+                "replaced. Put the newest copy back, or run `turnledger "
+                "restore-check --rebuild-record` (docs/deletion.md)"
+            )
+        if apply:  # a store from before the record existed
+            record.remember_all(unrecorded, position=0)
+            state = record.load()
+            adopted = True
+    if apply:
+        store.deletion_record = record  # every later destruction is recorded
+    missing = state.ids - destroyed
+    behind = sum(1 for named in state.entry_ids if not named.isdisjoint(missing))
+    report = RestoreReport(
+        record.path, deletions_behind=behind, keys_behind=len(missing), adopted=adopted
+    )
+    if missing and not apply:
+        raise DeletionRecordError(
+            f"this store was restored from before {behind} deletion(s) that "
+            f"{record.path} remembers: run `turnledger restore-check` (or start "
+            "the service) to delete them again before anything is read"
+        )
+    if missing:
+        report = _redo(ledger, store, missing, report)
+    if apply and attached is None:
+        store.write_meta(RECORD_META, state.record_id)
+    return report
+
+
+def check_read_only(
+    ledger: Conversations, store: KeyStore, record: DeletionRecord
+) -> None:
+    """Refuse to read a store behind its record. A lost record is only warned
+    about here: reading changes nothing, and an auditor on another host may
+    not hold it; every opening that writes refuses (docs/deletion.md)."""
+    try:
+        check_restore(ledger, store, record, apply=False)
+    except DeletionRecordLostError as error:
+        _log.warning("turnledger: WARNING: %s", error)
+
+
+def deletion_record(directory: Path, store: KeyStore) -> DeletionRecord:
+    """The record this store follows, or the one it will start, in `directory`."""
+    record_id = store.read_meta(RECORD_META) or secrets.token_hex(16)
+    return DeletionRecord(directory / f"deletions-{record_id}.log", record_id)
+
+
+def rebuild_record(store: KeyStore, record: DeletionRecord) -> RecordState:
+    """Make the record agree with the store after the record was lost: keep
+    what is left of it (or start a new one), add the store's destroyed keys,
+    and attach the store to it. Deletions only the lost record knew are gone."""
+    if not record.exists():
+        record.create()
+    state = record.load()
+    record.remember_all(store.destroyed_key_ids() - state.ids, position=0)
+    store.write_meta(RECORD_META, state.record_id)
+    return record.load()
+
+
+def _redo(
+    ledger: Conversations,
+    store: KeyStore,
+    missing: set[tuple[UUID, str]],
+    report: RestoreReport,
+) -> RestoreReport:
+    by_conversation = _group(missing)
+    turns_deleted = present = 0
+    rows = ledger.read_side.conversations(list(by_conversation))
+    for conversation_id, key_ids in sorted(by_conversation.items()):
+        row = rows.get(conversation_id)
+        if row is None:
+            continue  # written after the backup: nothing of it was restored
+        live = sorted(
+            turn.turn_id
+            for turn in ledger.read_side.undeleted_turns(conversation_id)
+            if turn.turn_id in key_ids
+        )
+        if live:
+            # Recorded in the log as any deletion is; its purge destroys the
+            # keys and compacts the key store before this returns.
+            receipt = ledger.delete_history(
+                row.owner_id,
+                conversation_id,
+                turn_ids=live,
+                deleted_by=RESTORE_ACTOR,
+            )
+            turns_deleted += len(receipt.deleted_turn_ids)
+            if receipt.purge is not None:
+                present += receipt.purge.keys_destroyed
+    # Keys whose turns are not (or no longer) standing in the restored log:
+    # a fold's, or one stored just before its event when the copy was taken.
+    remaining = missing - store.destroyed_key_ids()
+    position = store.max_tracking_id(ledger.name) or 0
+    for conversation_id, key_ids in sorted(_group(remaining).items()):
+        present += store.destroy_keys(
+            conversation_id, key_ids, Tracking(ledger.name, position)
+        )
+    pending = False
+    if remaining:
+        pending = not store.compact(ledger.name)
+    return RestoreReport(
+        report.record_path,
+        deletions_behind=report.deletions_behind,
+        keys_behind=report.keys_behind,
+        turns_deleted_again=turns_deleted,
+        keys_destroyed_again=present,
+        compaction_pending=pending or store.needs_compaction(ledger.name),
+        adopted=report.adopted,
+    )
+
+
+def _group(ids: Iterable[tuple[UUID, str]]) -> dict[UUID, set[str]]:
+    grouped: dict[UUID, set[str]] = {}
+    for conversation_id, key_id in ids:
+        grouped.setdefault(conversation_id, set()).add(key_id)
+    return grouped
