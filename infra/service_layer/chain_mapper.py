@@ -91,6 +91,9 @@ class ChainSealingMapper(Mapper[UUID]):
                 "turn text itself, so no library cipher or compressor is configured"
             )
         event_state: dict[str, Any] = dict(vars(domain_event))
+        # A decoded event carries the link it was stored with: never stored.
+        event_state.pop("previous_digest", None)
+        event_state.pop("digest", None)
         originator_id = event_state.pop("originator_id")
         originator_version = event_state.pop("originator_version")
         timestamp = event_state.pop("timestamp")
