@@ -89,7 +89,7 @@ def run_command(
 ) -> int:
     """Run one command; what stops it is one line on stderr and exit status 2."""
     try:
-        check_environment_names(os.environ)
+        check_environment_names({**_dotenv(), **os.environ})
         return int(handler(arguments) or 0)
     except ValidationError as error:
         if error.title == "Settings":
@@ -114,6 +114,13 @@ def run_command(
         return _cannot_run(str(error))
     except KeyboardInterrupt:
         return _cannot_run("interrupted")
+
+
+def _dotenv() -> dict[str, str | None]:
+    """The `.env` file Settings reads too, so that its names are checked as well."""
+    from dotenv import dotenv_values
+
+    return dict(dotenv_values(".env")) if os.path.isfile(".env") else {}
 
 
 def _cannot_run(message: str) -> int:

@@ -28,7 +28,7 @@ library's own behaviour, side by side.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import psycopg
@@ -131,15 +131,20 @@ class SQLiteRecorderWithRows(SQLiteApplicationRecorder):
     transaction, after the events are inserted."""
 
     def write_rows(
-        self, c: SQLiteCursor, stored_events: Sequence[StoredEvent], **kwargs: Any
+        self,
+        c: SQLiteCursor,
+        ids: Sequence[int],
+        stored_events: Sequence[StoredEvent],
+        **kwargs: Any,
     ) -> None:
-        """Write what goes with `stored_events` (the save's keyword arguments)."""
+        """Write what goes with `stored_events`, stored at positions `ids`
+        (the save's keyword arguments)."""
 
     def _insert_events(
         self, c: SQLiteCursor, stored_events: Sequence[StoredEvent], **kwargs: Any
     ) -> Sequence[int] | None:
         ids = super()._insert_events(c, stored_events, **kwargs)
-        self.write_rows(c, stored_events, **kwargs)
+        self.write_rows(c, ids or (), stored_events, **kwargs)
         return ids
 
 
@@ -150,8 +155,10 @@ class MemoryRecorderWithRows(POPOApplicationRecorder):
     def check_rows(self, **kwargs: Any) -> None:
         """Raise IntegrityError to refuse the save before anything is stored."""
 
-    def apply_rows(self, **kwargs: Any) -> None:
-        """Keep what goes with the events just stored."""
+    def apply_rows(
+        self, ids: Sequence[int], stored_events: Sequence[StoredEvent], **kwargs: Any
+    ) -> None:
+        """Keep what goes with the events just stored (at positions `ids`)."""
 
     @property
     def lock(self) -> threading.RLock:
@@ -164,7 +171,7 @@ class MemoryRecorderWithRows(POPOApplicationRecorder):
         with self._database_lock:
             self.check_rows(**kwargs)
             ids = super()._insert_events(stored_events, **kwargs)
-            self.apply_rows(**kwargs)
+            self.apply_rows(ids or (), stored_events, **kwargs)
             return ids
 
 
@@ -180,10 +187,13 @@ def _as_bytes(statement: Any) -> bytes:
 def replace_pool_check(
     datastore: PostgresDatastore,
     check: Callable[[psycopg.Connection[Any]], None],
+    *,
+    connection: Mapping[str, Any] | None = None,
     **options: Any,
 ) -> None:
     """Give the library's datastore a pool that checks connections with
-    `check`, with more psycopg_pool `options` (e.g. `reconnect_timeout`).
+    `check`, with more libpq `connection` parameters (e.g.
+    `target_session_attrs`) and psycopg_pool `options` (`reconnect_timeout`).
 
     The library offers the pool's full ping (POSTGRES_PRE_PING) or none; its
     pool takes the check only when it is made. So the datastore's pool, made
@@ -191,10 +201,12 @@ def replace_pool_check(
     check and these options.
     """
     built = datastore.pool
+    parameters = built.kwargs
+    assert isinstance(parameters, dict)  # the library gives its pool a dict
     datastore.pool = LibraryConnectionPool(
         get_password_func=built.get_password_func,
         connection_class=built.connection_class,
-        kwargs=built.kwargs,
+        kwargs={**parameters, **(connection or {})},
         min_size=built.min_size,
         max_size=built.max_size,
         open=False,

@@ -34,6 +34,8 @@ from turnledger.projections.policy import (
 
 ENV_PREFIX = "TURNLEDGER_"
 Port = Annotated[int, Field(ge=1, le=65_535)]
+SessionAttrs = Literal["any", "read-write", "primary", "standby", "prefer-standby"]
+"""libpq's target_session_attrs."""
 
 
 def default_data_dir() -> Path:
@@ -59,6 +61,10 @@ class Settings(BaseSettings):
     postgres_schema: str = Field(
         default="turnledger", pattern=r"^[a-z_][a-z0-9_]{0,62}$"
     )
+    # With several hosts in postgres_host ("h1,h2,h3": the members of a
+    # Patroni cluster, docs/ha.md), "read-write" or "primary": every
+    # connection goes to whichever member accepts writes now.
+    postgres_target_session_attrs: SessionAttrs = "any"
     postgres_pool_size: PositiveInt = 5
     postgres_connect_timeout: PositiveInt = 5
     # Write transactions kept going at once: above one, the next batch of
@@ -74,6 +80,8 @@ class Settings(BaseSettings):
     postgres_replica_user: str = "postgres"
     postgres_replica_password: SecretStr = SecretStr("")
     postgres_replica_pool_size: PositiveInt = 5
+    # A Patroni cluster's members as the replica: "prefer-standby".
+    postgres_replica_target_session_attrs: SessionAttrs = "any"
     # How long a read that must see a write waits for the replica to replay it
     # before it is served by the primary instead.
     postgres_replica_max_wait_seconds: NonNegativeFloat = 0.05
@@ -192,6 +200,11 @@ class Settings(BaseSettings):
     http_database_check_interval_seconds: PositiveFloat = 0.5
     http_database_timeout_seconds: PositiveFloat = 1.0
     http_retry_after_seconds: PositiveInt = 2
+    # A turn write or conversation start not answered in this time is answered
+    # 503 with Retry-After (its outcome is left to the database: a retry with
+    # the same turn id gets the receipt). A primary that lost its synchronous
+    # standby holds commits until a new one attaches (docs/ha.md).
+    http_write_deadline_seconds: PositiveFloat = 3.0
     # How long a stopping service waits for requests in flight (long-polls are
     # answered at once) before it cancels them.
     http_shutdown_timeout_seconds: PositiveFloat = 10.0
@@ -217,6 +230,15 @@ class Settings(BaseSettings):
             raise ValueError(
                 "TURNLEDGER_POSTGRES_REPLICA_HOST is set: a replica needs "
                 "TURNLEDGER_PERSISTENCE=postgres"
+            )
+        if "," in self.postgres_host and self.postgres_target_session_attrs not in (
+            "read-write",
+            "primary",
+        ):
+            raise ValueError(
+                "postgres_host names several hosts: set "
+                "postgres_target_session_attrs=read-write, or writes may reach a "
+                "read-only member"
             )
         if self.master_key is not None and self.master_key_file is not None:
             raise ValueError(
@@ -267,6 +289,9 @@ class Settings(BaseSettings):
                 "postgres_user": self.postgres_replica_user,
                 "postgres_password": self.postgres_replica_password,
                 "postgres_pool_size": self.postgres_replica_pool_size,
+                "postgres_target_session_attrs": (
+                    self.postgres_replica_target_session_attrs
+                ),
                 "postgres_replica_host": None,
             }
         )
@@ -281,6 +306,9 @@ class Settings(BaseSettings):
             user=self.postgres_user,
             password=self.postgres_password.get_secret_value(),
             connect_timeout=self.postgres_connect_timeout,
+            target_session_attrs=None
+            if self.postgres_target_session_attrs == "any"
+            else self.postgres_target_session_attrs,
         )
 
 
@@ -314,7 +342,7 @@ def setting_names() -> list[str]:
     return [ENV_PREFIX + name.upper() for name in Settings.model_fields]
 
 
-def check_environment_names(environ: Mapping[str, str]) -> None:
+def check_environment_names(environ: Mapping[str, object]) -> None:
     """Refuse a TURNLEDGER_* variable that is no setting (a typo runs on defaults).
 
     pydantic-settings never looks at a variable that names no field, so a

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -285,3 +286,63 @@ def test_the_readme_s_exit_code_table_is_the_one_the_commands_keep() -> None:
     documented = [int(row.split("|")[1]) for row in rows]
     assert documented == sorted(EXIT_CODES)
     assert "1 the command ran and found a problem" in build_parser().epilog
+
+
+README_TEXT = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+
+
+def documented_settings(readme: str) -> set[str]:
+    """TURNLEDGER_ names in the README's tables; `_PORT` after a name is short for
+    that name with its last part(s) replaced, as `TURNLEDGER_HTTP_HOST` / `_PORT`."""
+    from turnledger.infra.settings import setting_names
+
+    known = set(setting_names())
+    found: set[str] = set()
+    for line in readme.splitlines():
+        if not line.startswith("| `TURNLEDGER_"):
+            continue
+        first, *short = re.findall(r"`([A-Z0-9_]+)`", line.split("|")[1])
+        found.add(first)
+        for suffix in short:
+            stems = [first[:i] for i, char in enumerate(first) if char == "_"]
+            found.update(stem + suffix for stem in stems if stem + suffix in known)
+    return found
+
+
+def test_the_configuration_tables_list_every_setting_and_no_other() -> None:
+    from turnledger.infra.settings import setting_names
+
+    documented = documented_settings(README_TEXT)
+    assert set(setting_names()) - documented == set(), "undocumented settings"
+    assert documented - set(setting_names()) == set(), "documented, but no setting"
+
+
+def test_a_misspelled_name_in_the_env_file_is_refused_too(
+    fresh_home: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".env").write_text("TURNLEDGER_PERSISTANCE=postgres\n")
+    line = one_line_refusal(capsys, ["conversations", "--owner", "a"])
+    assert "did you mean TURNLEDGER_PERSISTENCE?" in line
+
+
+def test_the_data_directory_holds_the_files_the_readme_names(
+    fresh_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = tmp_path / "data"
+    monkeypatch.setenv("TURNLEDGER_DATA_DIR", str(data))
+    monkeypatch.setenv("TURNLEDGER_AUDIT_SIGNING_KEY", new_signing_key())
+    assert main(["demo", "--configured-store"]) == 0
+    assert main(["device", "add", "--user", "alice", "--name", "phone"]) == 0
+    assert main(["checkpoint", "--out", str(tmp_path / "checkpoints")]) == 0
+    row = next(
+        line for line in README_TEXT.splitlines() if "`TURNLEDGER_DATA_DIR`" in line
+    )
+    named = set(re.findall(r"`([a-z]+\.[a-z0-9]+)`", row))
+    present = {
+        path.name.removesuffix("-wal").removesuffix("-shm") for path in data.iterdir()
+    }
+    assert present == named
