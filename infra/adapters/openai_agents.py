@@ -8,8 +8,10 @@ Needs the `agents` extra (`openai-agents`). Semantics (docs/adapters.md):
 - `add_items`: a user message begins a turn; function calls, their outputs
   and the assistant's messages are its steps; a batch that ends with an
   assistant message while every call has its output confirms the turn (that
-  message is the final answer). Reasoning items are not stored. A user
-  message while a turn is still open records that turn as abandoned first.
+  message is the final answer). Reasoning items are kept as reasoning parts
+  of the turn, sent back in windows for the session's model. A user message
+  after an answered exchange confirms it; while a turn is still open it is
+  recorded as abandoned first.
 - `get_items()`: turnledger's window under the session's policy, in the
   OpenAI Responses shape (the fold first, if any, then whole turns, newest
   last), followed by the open turn's items as they were added. The window is
@@ -41,6 +43,7 @@ from turnledger.domain.parts import (
     AssistantStep,
     AssistantText,
     Attachment,
+    Reasoning,
     Refusal,
     ToolCall,
     ToolResult,
@@ -56,9 +59,6 @@ from turnledger.infra.service_layer.application import Conversations
 from turnledger.projections.policy import WindowPolicy
 from turnledger.projections.tokens import TokenCounter
 from turnledger.projections.turn_shapes import openai_responses_turn
-
-_SKIPPED = frozenset({"reasoning"})
-
 
 class TurnLedgerSession:
     """A `Session` (agents.memory.Session) keeping its history in turnledger."""
@@ -130,9 +130,11 @@ class TurnLedgerSession:
         for raw in items:
             item = _as_dict(raw)
             kind = item.get("type", "message")
-            if kind in _SKIPPED:
-                continue
-            if kind == "message" and item.get("role") == "user":
+            if kind == "reasoning":
+                # Kept as it came, for this session's model (docs/tools.md).
+                payload = json.dumps(item, ensure_ascii=False)
+                self.turns.add([Reasoning("openai", self.model, payload)], raw)
+            elif kind == "message" and item.get("role") == "user":
                 question, attachments = _user_input(item.get("content", ""))
                 if self.turns.can_confirm():
                     # An exchange answered earlier in this batch (a session
