@@ -60,6 +60,7 @@ from turnledger.projections.policy import WindowPolicy
 from turnledger.projections.tokens import TokenCounter
 from turnledger.projections.turn_shapes import openai_responses_turn
 
+
 class TurnLedgerSession:
     """A `Session` (agents.memory.Session) keeping its history in turnledger."""
 
