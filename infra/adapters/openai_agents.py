@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from typing import Any
 from uuid import UUID
 
-from agents.memory.session_settings import SessionSettings
+from agents.memory.session_settings import SessionSettings, resolve_session_limit
 
 from turnledger.domain.errors import InvalidInputError
 from turnledger.domain.parts import (
@@ -76,8 +76,10 @@ class TurnLedgerSession:
         model: str = "gpt-4o-mini",
         system: str = "",
         token_counter: TokenCounter | None = None,
+        session_settings: SessionSettings | None = None,
     ) -> None:
         self.session_id = str(conversation_id)
+        self.session_settings = session_settings
         self.conversation_id = conversation_id
         self.policy = (policy or WindowPolicy()).model_copy(
             update={"wire_format": "openai-responses"}
@@ -96,6 +98,8 @@ class TurnLedgerSession:
         async with self._lock:
             window = await asyncio.to_thread(self.window_items)
             items = window + self.turns.pending_items()
+        # As the SDK's own sessions: an explicit limit, else the settings'.
+        limit = resolve_session_limit(limit, self.session_settings)
         if limit is None:
             return items
         return items[-limit:] if limit > 0 else []
