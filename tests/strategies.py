@@ -81,8 +81,8 @@ tool_names = st.from_regex(r"[A-Za-z0-9_-]{1,12}", fullmatch=True)
 
 
 @st.composite
-def reasoning_parts(draw: st.DrawFn) -> Reasoning:
-    """A provider's reasoning state, for model "m" (the tests' model) or not."""
+def reasoning_parts(draw: st.DrawFn, models: tuple[str, ...] = ("m",)) -> Reasoning:
+    """A provider's reasoning state, for one of `models` ("m": the tests')."""
     provider = draw(st.sampled_from(REASONING_PROVIDERS))
     text = draw(hostile_text)
     payload: dict[str, object] = {
@@ -104,7 +104,7 @@ def reasoning_parts(draw: st.DrawFn) -> Reasoning:
     }[provider]
     return Reasoning(
         provider,
-        draw(st.sampled_from(["m", "other-model"])),
+        draw(st.sampled_from(models)),
         json.dumps(payload, ensure_ascii=draw(st.booleans())),
     )
 

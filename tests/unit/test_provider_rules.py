@@ -63,7 +63,7 @@ def rounds(draw: st.DrawFn) -> tuple[AssistantStep, ...]:
     steps: list[AssistantStep] = []
     for _ in range(draw(st.integers(0, 3))):
         if draw(st.booleans()):
-            steps.append(draw(reasoning_parts()))
+            steps.append(draw(reasoning_parts(models=("m", "other-model"))))
         said: list[AssistantStep] = [
             draw(
                 st.builds(AssistantText, sendable_text)
