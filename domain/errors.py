@@ -12,14 +12,42 @@
     ├── TextUnavailableError         sealed text whose key has been destroyed
     ├── DeviceNotFoundError          unknown device, or another user's
     ├── UnauthenticatedError         missing, unknown or revoked device token
+    │   └── CredentialRevokedError   a write's device was revoked before it committed
     ├── FoldConflictError            a fold id is reused, or a fold would cover less
     ├── PurgeIncompleteError         a deletion is recorded but its purge must be re-run
     ├── CheckpointError              a checkpoint, signing key or proof cannot be used
+    │   └── LogInconsistentError     the log does not extend a checkpoint
+    │                                (infra.checkpoint)
     ├── ReadSideMismatchError        a read-side row contradicts the log
     ├── DatabaseUnavailableError     the database cannot be reached now: retry later
+    ├── LongPollLimitError           a device or user has the most long-polls allowed
+    ├── MasterKeyError               the master key is missing, malformed or another one
+    │                                (infra.vault)
+    ├── DeletionRecordError          a store is behind its deletion record, or the
+    │   │                            record cannot be read (infra.deletion_record)
+    │   └── DeletionRecordLostError  the record is missing, altered or behind the store
+    ├── ServiceError                 the HTTP client got an error it has no class for
+    │                                (infra.client)
+    ├── ServiceUnreachableError      the HTTP client could not reach the service on any
+    │                                attempt (infra.client)
     └── WindowError                  a request window cannot be built
         ├── MandatoryInputTooLargeError     system + current question exceed max_bytes
         └── MandatoryInputOverContextError  ... or, with the reply, context_tokens
+
+Outside the tree (none is a caller's mistake to correct):
+
+    TokenizerUnavailableError (RuntimeError)  a bundled vocabulary is missing or altered
+    ChainFormatError (ValueError)       stored bytes lack a well-formed chain seal (an
+                                        audit reports it as a finding; domain.chain)
+    ProofError (ValueError)             a proof asked for positions the tree does not
+                                        have (domain.merkle)
+    TurnIdsUnavailableError (LookupError)  a dropped span's ids were not kept and no
+                                        lister was given (projections.dropped)
+    PoolNotServingError (Exception)     a service pool has no working connection yet;
+                                        never leaves the service (infra.http.database)
+
+Limits and settings that break a rule raise pydantic's ValidationError
+(`WindowPolicy`, `Settings`); the CLI prints it as one line naming the variable.
 
 Each error carries the identifying data as attributes, and its message says
 what was wrong and why, without quoting conversation text.

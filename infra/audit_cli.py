@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sqlite3
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,7 +18,6 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
-import psycopg
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import (
@@ -129,13 +127,9 @@ def run_audit(arguments: argparse.Namespace) -> int:
     console = Console()
     try:
         report = _audit(arguments, console)
-    except (
-        TurnLedgerError,
-        ProofError,
-        OSError,
-        psycopg.Error,
-        sqlite3.Error,
-    ) as error:
+    # Database errors go on to the CLI's shared handler (infra/cli.py): one
+    # line naming the database, exit 2.
+    except (TurnLedgerError, ProofError, OSError) as error:
         print(f"turnledger: could not run the audit: {error}", file=sys.stderr)
         return EXIT_CANNOT_RUN
     _print_summary(console, report)

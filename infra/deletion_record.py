@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import json
 import os
 import secrets
 import threading
@@ -23,6 +22,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
 from uuid import UUID
+
+import orjson
 
 from turnledger.domain.errors import TurnLedgerError
 
@@ -39,6 +40,11 @@ class DeletionRecordLostError(DeletionRecordError):
     behind the store: deletions it should remember may be forgotten."""
 
 
+# A destroyed key: (conversation id as 32 hex digits, key id). Strings, not
+# UUIDs: a start-up compares 100,000 of them.
+KeyRef = tuple[str, str]
+
+
 @dataclass(slots=True)
 class RecordState:
     """What the record says, verified line by line."""
@@ -47,9 +53,12 @@ class RecordState:
     head: bytes  # hash of the last line read
     size: int  # bytes read, up to the last complete line
     entries: int = 0
-    ids: set[tuple[UUID, str]] = field(default_factory=set)
-    # For each entry, the ids it named (to count deletions a store lacks).
-    entry_ids: list[frozenset[tuple[UUID, str]]] = field(default_factory=list)
+    # Every key recorded, with the number of the entry that recorded it.
+    ids: dict[KeyRef, int] = field(default_factory=dict)
+
+    def entries_naming(self, keys: Iterable[KeyRef]) -> int:
+        """How many entries (deletions) name at least one of `keys`."""
+        return len({self.ids[key] for key in keys if key in self.ids})
 
 
 class DeletionRecord:
@@ -67,14 +76,13 @@ class DeletionRecord:
 
     def create(self) -> RecordState:
         """Start an empty record (refused if one exists: it is never replaced)."""
-        header = json.dumps(
+        header = orjson.dumps(
             {
                 "format": FORMAT,
                 "record_id": self._new_id,
                 "created_at": datetime.now(UTC).isoformat(),
-            },
-            separators=(",", ":"),
-        )
+            }
+        ).decode()
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         descriptor = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(descriptor, "w") as handle:
@@ -95,40 +103,43 @@ class DeletionRecord:
         self, conversation_id: UUID, key_ids: Collection[str], *, position: int
     ) -> None:
         """Append a deletion of those keys not recorded yet, durably."""
+        self.remember_many([(conversation_id, key_ids, position)])
+
+    def remember_all(self, ids: Iterable[KeyRef], *, position: int) -> None:
+        """Append these keys, one entry per conversation."""
+        by_conversation: dict[UUID, list[str]] = {}
+        for conversation_hex, key_id in ids:
+            by_conversation.setdefault(UUID(hex=conversation_hex), []).append(key_id)
+        self.remember_many(
+            [(c, keys, position) for c, keys in sorted(by_conversation.items())]
+        )
+
+    def remember_many(
+        self, deletions: Iterable[tuple[UUID, Collection[str], int]]
+    ) -> None:
+        """Append one entry per deletion (conversation, key ids, log position),
+        leaving out keys already recorded; one write and one fsync in all."""
         with self._lock, open(self.path, "r+b") as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
             state = self._caught_up(handle)
-            new = sorted(
-                {key for key in key_ids if (conversation_id, key) not in state.ids}
-            )
-            if not new:
+            lines: list[bytes] = []
+            for conversation_id, key_ids, position in deletions:
+                line = _entry(state, conversation_id, key_ids, position)
+                if line is not None:
+                    lines.append(line)
+            if not lines:
                 return
-            body = json.dumps(
-                {
-                    "n": state.entries + 1,
-                    "c": conversation_id.hex,
-                    "k": new,
-                    "p": position,
-                    "at": datetime.now(UTC).isoformat(),
-                },
-                separators=(",", ":"),
-            ).encode()
-            digest = hashlib.sha256(state.head + body).digest()
-            handle.truncate(state.size)  # drop a line torn by a crash, if any
-            handle.seek(state.size)
-            line = digest.hex().encode() + b" " + body + b"\n"
-            handle.write(line)
-            handle.flush()
-            os.fsync(handle.fileno())
-            _add_entry(state, conversation_id, new, digest)
-            state.size += len(line)
-
-    def remember_all(self, ids: Iterable[tuple[UUID, str]], *, position: int) -> None:
-        by_conversation: dict[UUID, list[str]] = {}
-        for conversation_id, key_id in ids:
-            by_conversation.setdefault(conversation_id, []).append(key_id)
-        for conversation_id, key_ids in sorted(by_conversation.items()):
-            self.remember(conversation_id, key_ids, position=position)
+            data = b"".join(lines)
+            try:
+                handle.truncate(state.size)  # drop a line torn by a crash, if any
+                handle.seek(state.size)
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            except BaseException:
+                self._state = None  # read again from the file next time
+                raise
+            state.size += len(data)
 
     def _caught_up(self, handle: BinaryIO) -> RecordState:
         """The state including lines other processes appended since."""
@@ -142,16 +153,41 @@ class DeletionRecord:
         return self._state
 
 
+def _entry(
+    state: RecordState,
+    conversation_id: UUID,
+    key_ids: Collection[str],
+    position: int,
+) -> bytes | None:
+    """The line recording these keys (None: all recorded), added to `state`."""
+    conversation = conversation_id.hex
+    new = sorted({key for key in key_ids if (conversation, key) not in state.ids})
+    if not new:
+        return None
+    body = orjson.dumps(
+        {
+            "n": state.entries + 1,
+            "c": conversation,
+            "k": new,
+            "p": position,
+            "at": datetime.now(UTC).isoformat(),
+        }
+    )
+    digest = hashlib.sha256(state.head + body).digest()
+    _add_entry(state, conversation, new, digest)
+    return digest.hex().encode() + b" " + body + b"\n"
+
+
 def _read(data: bytes, path: Path) -> RecordState:
     end = data.find(b"\n")
     if end < 0:
         raise DeletionRecordLostError(f"the deletion record {path} has no header")
     try:
-        header = json.loads(data[:end])
+        header = orjson.loads(data[:end])
         if header.get("format") != FORMAT:
             raise ValueError(header.get("format"))
         record_id = str(header["record_id"])
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, AttributeError):
         raise DeletionRecordLostError(
             f"the deletion record {path} has no valid header"
         ) from None
@@ -169,34 +205,39 @@ def _read_entries(data: bytes, state: RecordState, path: Path) -> None:
     # deletion it was writing had not been done yet (its keys are destroyed
     # only after the line is durable), and the next append replaces it.
     complete = data[: data.rfind(b"\n") + 1]
+    sha256, loads, ids, head = hashlib.sha256, orjson.loads, state.ids, state.head
+    number = state.entries
     for line in complete.splitlines():
-        number = state.entries + 1
+        number += 1
         digest_hex, _, body = line.partition(b" ")
-        try:
-            digest = bytes.fromhex(digest_hex.decode())
-            entry = json.loads(body)
-            conversation_id = UUID(hex=entry["c"])
-            key_ids = [str(key) for key in entry["k"]]
-        except (ValueError, KeyError, TypeError, UnicodeDecodeError):
-            raise DeletionRecordLostError(
-                f"the deletion record {path} is damaged at entry {number}"
-            ) from None
-        if hashlib.sha256(state.head + body).digest() != digest:
+        digest = sha256(head + body).digest()
+        if digest.hex().encode() != digest_hex:
             raise DeletionRecordLostError(
                 f"the deletion record {path} was altered at entry {number}: its "
                 "hash chain is broken"
             )
-        _add_entry(state, conversation_id, key_ids, digest)
-        state.size += len(line) + 1
+        try:
+            entry = loads(body)
+            conversation, key_ids = entry["c"], entry["k"]
+            for key in key_ids:
+                ids.setdefault((conversation, key), number)
+        except (ValueError, KeyError, TypeError):
+            raise DeletionRecordLostError(
+                f"the deletion record {path} is damaged at entry {number}"
+            ) from None
+        head = digest
+    state.entries, state.head = number, head
+    state.size += len(complete)
 
 
 def _add_entry(
-    state: RecordState, conversation_id: UUID, key_ids: list[str], digest: bytes
+    state: RecordState, conversation: str, key_ids: list[str], digest: bytes
 ) -> None:
-    named = frozenset((conversation_id, key) for key in key_ids)
-    state.ids.update(named)
-    state.entry_ids.append(named)
     state.entries += 1
+    number = state.entries
+    ids = state.ids
+    for key in key_ids:
+        ids.setdefault((conversation, key), number)
     state.head = digest
 
 

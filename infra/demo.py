@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import os
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,7 @@ from rich.table import Table
 from turnledger.domain.errors import MandatoryInputTooLargeError
 from turnledger.infra.persistence import open_conversations
 from turnledger.infra.service_layer.application import Conversations, ProjectedWindow
-from turnledger.infra.settings import Settings
+from turnledger.infra.settings import Settings, default_data_dir
 
 OWNER = "demo-user"
 MODEL = "demo-model"
@@ -46,13 +48,43 @@ WIDE_BYTES = 2_000
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
-        "demo", help="run the ledger and window scenario on the configured store"
+        "demo",
+        help="run the ledger and window scenario on a demo store of its own",
+        description="Store a short conversation and project windows from it, on "
+        "an SQLite store of its own ($XDG_DATA_HOME/turnledger-demo), never the "
+        "configured one unless --configured-store is given. Prints the "
+        "conversation, its owner and a command to look at it.",
+    )
+    parser.add_argument(
+        "--configured-store",
+        action="store_true",
+        help="write into the store the TURNLEDGER_* settings name instead",
     )
     parser.set_defaults(handler=run)
 
 
+def demo_data_dir() -> Path:
+    return default_data_dir().with_name("turnledger-demo")
+
+
+def demo_settings(configured: Settings) -> Settings:
+    """The configured settings, with a private SQLite store of the demo's own."""
+    return configured.model_copy(
+        update={
+            "persistence": "sqlite",
+            "data_dir": demo_data_dir(),
+            "master_key": None,
+            "master_key_file": None,
+            "postgres_replica_host": None,
+            # Its deletion record beside it, out of the configured store's way.
+            "deletion_record_dir": demo_data_dir() / "deletion-record",
+        }
+    )
+
+
 def run(arguments: argparse.Namespace) -> int:
-    settings = Settings()
+    configured = Settings()
+    settings = configured if arguments.configured_store else demo_settings(configured)
     console = Console()
     console.print(f"[bold]turnledger demo[/] on the {_describe(settings)} store\n")
     rows: list[tuple[str, ...]] = []
@@ -131,7 +163,28 @@ def run(arguments: argparse.Namespace) -> int:
     console.print(table)
     for label, passed in checks:
         console.print(f"{'[green]ok[/]' if passed else '[red]FAILED[/]'}  {label}")
+    # Plain prints: ids and the command must come out unwrapped, to copy.
+    print(f"\nconversation {conversation_id}, owner {OWNER}; look at it with:")
+    print(
+        f"  {_environment_for(settings, arguments.configured_store)}turnledger window "
+        f'{conversation_id} --owner {OWNER} --question "{FINAL_QUESTION}"'
+    )
     return 0 if all(passed for _, passed in checks) else 1
+
+
+def _environment_for(settings: Settings, configured: bool) -> str:
+    """What the next command needs to reach the demo's store, as a shell prefix."""
+    if configured:
+        return ""
+    unset = "".join(
+        f"-u {name} "
+        for name in ("TURNLEDGER_MASTER_KEY", "TURNLEDGER_MASTER_KEY_FILE")
+        if name in os.environ
+    )
+    prefix = f"env {unset}" if unset else ""
+    if os.environ.get("TURNLEDGER_PERSISTENCE", "sqlite") != "sqlite":
+        prefix += "TURNLEDGER_PERSISTENCE=sqlite "
+    return prefix + f"TURNLEDGER_DATA_DIR={shlex.quote(str(settings.data_dir))} "
 
 
 def _window(

@@ -6,13 +6,16 @@ import argparse
 import json
 import os
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+from turnledger.domain.errors import InvalidInputError
 from turnledger.infra.persistence import open_conversations
+from turnledger.infra.progress import note
 from turnledger.infra.service_layer.export import export_records
 from turnledger.infra.settings import Settings
 
@@ -36,16 +39,57 @@ def register(subparsers: Any) -> None:
 
 
 def run(arguments: argparse.Namespace) -> int:
+    if arguments.output is not None:
+        check_output_path(arguments.output)  # before anything is opened or written
     ledger = open_conversations(Settings(), read_only=True)
+    progress = _Progress(arguments.owner)
     try:
         with _destination(arguments.output) as out:
             for record in export_records(
                 ledger, arguments.owner, exported_at=datetime.now(UTC)
             ):
                 out.write(json.dumps(record, ensure_ascii=False) + "\n")
+                progress.count(record)
     finally:
         ledger.close()
+    progress.done()
     return 0
+
+
+def check_output_path(path: Path) -> None:
+    if path.is_dir():
+        raise InvalidInputError("--output", f"{path} is a directory: name a file")
+    if not path.parent.is_dir():
+        raise InvalidInputError(
+            "--output", f"the directory {path.parent} does not exist"
+        )
+
+
+class _Progress:
+    """Conversations exported so far, on stderr (stdout may be the export)."""
+
+    EVERY_SECONDS = 2.0
+
+    def __init__(self, owner_id: str) -> None:
+        self._owner_id = owner_id
+        self._conversations = 0
+        self._turns = 0
+        self._last = time.monotonic()
+        note(f"exporting the conversations of {owner_id}...")
+
+    def count(self, record: dict[str, Any]) -> None:
+        kind = record.get("record")
+        self._conversations += kind == "conversation"
+        self._turns += kind == "turn"
+        if time.monotonic() - self._last >= self.EVERY_SECONDS:
+            self._last = time.monotonic()
+            note(f"  {self._summary()} so far")
+
+    def done(self) -> None:
+        note(f"exported {self._summary()}")
+
+    def _summary(self) -> str:
+        return f"{self._conversations} conversations, {self._turns} turns"
 
 
 @contextmanager

@@ -75,8 +75,9 @@ class KeyStore(KeyPurgeView):
     def write_meta(self, name: str, value: str) -> None: ...
 
     @abstractmethod
-    def destroyed_key_ids(self) -> set[tuple[UUID, str]]:
-        """Every (conversation, key id) whose key this store destroyed."""
+    def destroyed_key_ids(self) -> set[tuple[str, str]]:
+        """Every (conversation id as 32 hex digits, key id) whose key this
+        store destroyed (strings: comparing 100,000 of them must be cheap)."""
 
     @abstractmethod
     def any_wrapped_key(self) -> tuple[UUID, str, bytes] | None:
@@ -119,9 +120,9 @@ class MemoryKeyStore(KeyStore):
         with self._lock:
             self._meta[name] = value
 
-    def destroyed_key_ids(self) -> set[tuple[UUID, str]]:
+    def destroyed_key_ids(self) -> set[tuple[str, str]]:
         with self._lock:
-            return set(self._destroyed)
+            return {(c.hex, turn_id) for c, turn_id in self._destroyed}
 
     def any_wrapped_key(self) -> tuple[UUID, str, bytes] | None:
         with self._lock:

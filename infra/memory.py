@@ -8,10 +8,17 @@ their events.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 from typing import Any
+from uuid import UUID
 
-from eventsourcing.persistence import ApplicationRecorder, IntegrityError, StoredEvent
+from eventsourcing.persistence import (
+    ApplicationRecorder,
+    IntegrityError,
+    Notification,
+    StoredEvent,
+)
 from eventsourcing.popo import POPOApplicationRecorder, POPOFactory
 
 from turnledger.projections.ledger_rows import RowChanges
@@ -22,6 +29,9 @@ class MemoryReadSideRecorder(POPOApplicationRecorder, LedgerView):
     def __init__(self) -> None:
         POPOApplicationRecorder.__init__(self)
         LedgerView.__init__(self)
+        # The per-user feed index (infra/owner_feed.py): each owner's log
+        # positions, ascending.
+        self._owner_feed: dict[str, list[int]] = {}
 
     def _insert_events(
         self, stored_events: Sequence[StoredEvent], **kwargs: Any
@@ -36,7 +46,33 @@ class MemoryReadSideRecorder(POPOApplicationRecorder, LedgerView):
             ids = super()._insert_events(stored_events, **kwargs)
             if changes is not None:
                 self.apply(changes)
+            self._index_owners(ids or (), stored_events)
             return ids
+
+    def _index_owners(
+        self, ids: Sequence[int], stored_events: Sequence[StoredEvent]
+    ) -> None:
+        heads = self.conversations({_uuid(e.originator_id) for e in stored_events})
+        for notification_id, event in zip(ids, stored_events, strict=True):
+            head = heads.get(_uuid(event.originator_id))
+            if head is not None:
+                self._owner_feed.setdefault(head.owner_id, []).append(notification_id)
+
+    def select_owner_notifications(
+        self, owner_id: str, after: int, limit: int, topics: Sequence[str] = ()
+    ) -> list[Notification]:
+        """The owner's events after log position `after`, oldest first."""
+        with self._database_lock:
+            positions = self._owner_feed.get(owner_id, [])
+            start = bisect.bisect_right(positions, after)
+            found: list[Notification] = []
+            for position in positions[start:]:
+                (notification,) = self.select_notifications(position, 1)
+                if not topics or notification.topic in topics:
+                    found.append(notification)
+                    if len(found) == limit:
+                        break
+            return found
 
     def read_side_rows(self) -> Any:
         return self.rows()
@@ -56,8 +92,21 @@ class MemoryReadSideRecorder(POPOApplicationRecorder, LedgerView):
                     new_folds=tuple(folds),
                 )
             )
+            self._owner_feed = {}
+            every = self.select_notifications(None, self.max_notification_id() or 1)
+            self._index_owners(
+                [n.id for n in every],
+                [
+                    StoredEvent(n.originator_id, n.originator_version, n.topic, n.state)
+                    for n in every
+                ],
+            )
 
 
 class MemoryFactory(POPOFactory):
     def application_recorder(self) -> ApplicationRecorder:
         return MemoryReadSideRecorder()
+
+
+def _uuid(value: UUID | str) -> UUID:
+    return value if isinstance(value, UUID) else UUID(str(value))

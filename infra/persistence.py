@@ -60,6 +60,8 @@ def eventsourcing_env(settings: Settings) -> dict[str, str]:
                 # lets a few processes exhaust a server's max_connections.
                 POSTGRES_MAX_OVERFLOW="2",
                 POSTGRES_CONNECT_TIMEOUT=str(settings.postgres_connect_timeout),
+                # Ours, not the library's: read by PostgresReadSideFactory.
+                POSTGRES_TARGET_SESSION_ATTRS=settings.postgres_target_session_attrs,
             )
     return env
 

@@ -54,20 +54,27 @@ def pool_serves(pool: ConnectionPool[Any], timeout: float) -> None:
         connection.execute("SELECT 1")
 
 
-def use_quiet_check(datastore: PostgresDatastore) -> None:
+def use_quiet_check(
+    datastore: PostgresDatastore, *, target_session_attrs: str = "any"
+) -> None:
     """Give the library's datastore a pool that checks with `check_unless_quiet`
     and gives up a lost connection's slot after `RECONNECT_TIMEOUT_SECONDS`.
 
     The library offers the pool's full ping (POSTGRES_PRE_PING) or none, and
     psycopg_pool's default reconnection; its pool takes both only when it is
     made. So the datastore's pool, made but not yet opened, is replaced by one
-    made with the same settings and these.
+    made with the same settings and these, and libpq's `target_session_attrs`
+    (a multi-host connection to a Patroni cluster: docs/ha.md), which the
+    library does not pass either.
     """
     built = datastore.pool
+    kwargs = dict(built.kwargs or {})
+    if target_session_attrs != "any":
+        kwargs["target_session_attrs"] = target_session_attrs
     datastore.pool = LibraryConnectionPool(
         get_password_func=built.get_password_func,
         connection_class=built.connection_class,
-        kwargs=built.kwargs,
+        kwargs=kwargs,
         min_size=built.min_size,
         max_size=built.max_size,
         open=False,

@@ -13,6 +13,7 @@ import orjson
 import psycopg
 from eventsourcing.persistence import (
     InterfaceError,
+    Notification,
     OperationalError,
     StoredEvent,
     Tracking,
@@ -41,6 +42,11 @@ from turnledger.infra.compaction import (
 )
 from turnledger.infra.key_session import QUIET_KEY_SESSION, configure_key_session
 from turnledger.infra.keystore import KeyStore
+from turnledger.infra.owner_feed import (
+    postgres_owner_feed_ddl,
+    postgres_rebuild_owner_feed,
+    postgres_select_owner_events,
+)
 from turnledger.infra.pool_check import (
     RECONNECT_TIMEOUT_SECONDS,
     check_unless_quiet,
@@ -345,14 +351,14 @@ class PostgresKeyStore(KeyStore):
         with self._pool.connection() as connection:
             connection.execute(_UPSERT_META.format(self._meta), (name, value))
 
-    def destroyed_key_ids(self) -> set[tuple[UUID, str]]:
+    def destroyed_key_ids(self) -> set[tuple[str, str]]:
         with self._pool.connection() as connection:
             rows = connection.execute(
-                sql.SQL("SELECT conversation_id, turn_id FROM {}").format(
-                    self._destroyed
-                )
+                sql.SQL(
+                    "SELECT replace(conversation_id::text, '-', ''), turn_id FROM {}"
+                ).format(self._destroyed)
             ).fetchall()
-        return {(conversation, turn_id) for conversation, turn_id in rows}
+        return set(rows)
 
     def any_wrapped_key(self) -> tuple[UUID, str, bytes] | None:
         with self._pool.connection() as connection:
@@ -656,6 +662,16 @@ class PostgresReadSideRecorder(PostgresApplicationRecorder):
             for statement in _READ_SIDE_DDL
         )
         self.sql_create_statements.append(self._write_function_ddl())
+        # The per-user feed index (infra/owner_feed.py): after the head rows.
+        self.sql_create_statements.extend(
+            postgres_owner_feed_ddl(datastore.schema, self.events_table_name)
+        )
+        self._select_owner_events = {
+            with_topics: postgres_select_owner_events(
+                datastore.schema, self.events_table_name, with_topics=with_topics
+            )
+            for with_topics in (False, True)
+        }
 
     def _batch_inserts(
         self, sources: tuple[str, str, str, str]
@@ -993,6 +1009,31 @@ class PostgresReadSideRecorder(PostgresApplicationRecorder):
                     new_folds=tuple(folds),
                 ),
             )
+            for statement in postgres_rebuild_owner_feed(
+                self.datastore.schema, self.events_table_name
+            ):
+                curs.execute(statement)
+
+    def select_owner_notifications(
+        self, owner_id: str, after: int, limit: int, topics: Sequence[str] = ()
+    ) -> list[Notification]:
+        """The owner's events after log position `after`, oldest first, through
+        the per-user feed index (infra/owner_feed.py)."""
+        params: list[Any] = [owner_id, after]
+        if topics:
+            params.append(list(topics))
+        params.append(limit)
+        rows = self._select(self._select_owner_events[bool(topics)], params)
+        return [
+            Notification(
+                id=row["notification_id"],
+                originator_id=row["originator_id"],
+                originator_version=row["originator_version"],
+                topic=row["topic"],
+                state=bytes(row["state"]),
+            )
+            for row in rows
+        ]
 
     def _select(self, statement: sql.Composable, params: Sequence[Any]) -> list[Any]:
         with self.datastore.get_connection() as conn, conn.cursor() as curs:
@@ -1178,4 +1219,7 @@ class PostgresReadSideFactory(PostgresFactory):
         super().__init__(env)
         # Connections broken by an outage are replaced, not handed out, with
         # no round trip before a transaction on a connection that is quiet.
-        use_quiet_check(self.datastore)
+        use_quiet_check(
+            self.datastore,
+            target_session_attrs=self.env.get("POSTGRES_TARGET_SESSION_ATTRS", "any"),
+        )

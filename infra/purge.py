@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from turnledger.infra.exit_codes import EXIT_PENDING
 from turnledger.infra.persistence import open_conversations
+from turnledger.infra.progress import note
 from turnledger.infra.purge_retry import server_findings
 from turnledger.infra.settings import Settings
 
@@ -26,14 +28,15 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(handler=run)
 
 
-# Distinct from 1 (error) and 2 (invalid settings): the purge ran, but its
-# compaction is held by something outside turnledger; run it again later.
-EXIT_PENDING = 3
 CHECKPOINT_WAIT_SECONDS = 60.0
 
 
 def run(arguments: argparse.Namespace) -> int:
     settings = Settings()
+    note(
+        "purging: destroying deleted turns' keys, then compacting the key store "
+        f"(may wait up to {CHECKPOINT_WAIT_SECONDS:.0f} s for a checkpoint)..."
+    )
     ledger = open_conversations(settings)  # start-up runs the purge once
     try:
         view = ledger.vault.purge_view

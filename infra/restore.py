@@ -10,6 +10,7 @@ before the store serves anything. docs/deletion.md, "Restores".
 
 from __future__ import annotations
 
+import gc
 import logging
 import secrets
 from collections.abc import Iterable
@@ -23,6 +24,7 @@ from turnledger.infra.deletion_record import (
     DeletionRecord,
     DeletionRecordError,
     DeletionRecordLostError,
+    KeyRef,
     RecordState,
 )
 from turnledger.infra.keystore import KeyStore
@@ -75,6 +77,24 @@ def check_restore(
     Without `apply` (read-only opens), a store behind the record is refused:
     it would serve text whose deletion the record remembers.
     """
+    # Hundreds of thousands of small tuples, none of them cyclic: the cyclic
+    # collector would walk them again and again while they are made.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _check(ledger, store, record, apply=apply)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _check(
+    ledger: Conversations,
+    store: KeyStore,
+    record: DeletionRecord,
+    *,
+    apply: bool,
+) -> RestoreReport:
     attached = store.read_meta(RECORD_META)
     if not record.exists():
         if attached is not None:
@@ -96,7 +116,8 @@ def check_restore(
             "TURNLEDGER_DELETION_RECORD_DIR at its own record"
         )
     destroyed = store.destroyed_key_ids()
-    unrecorded = destroyed - state.ids
+    recorded = state.ids
+    unrecorded = {key for key in destroyed if key not in recorded}
     adopted = False
     if unrecorded:
         if attached is not None:
@@ -112,8 +133,8 @@ def check_restore(
             adopted = True
     if apply:
         store.deletion_record = record  # every later destruction is recorded
-    missing = state.ids - destroyed
-    behind = sum(1 for named in state.entry_ids if not named.isdisjoint(missing))
+    missing = {key for key in state.ids if key not in destroyed}
+    behind = state.entries_naming(missing)
     report = RestoreReport(
         record.path, deletions_behind=behind, keys_behind=len(missing), adopted=adopted
     )
@@ -155,7 +176,7 @@ def rebuild_record(store: KeyStore, record: DeletionRecord) -> RecordState:
     if not record.exists():
         record.create()
     state = record.load()
-    record.remember_all(store.destroyed_key_ids() - state.ids, position=0)
+    record.remember_all(store.destroyed_key_ids() - state.ids.keys(), position=0)
     store.write_meta(RECORD_META, state.record_id)
     return record.load()
 
@@ -163,7 +184,7 @@ def rebuild_record(store: KeyStore, record: DeletionRecord) -> RecordState:
 def _redo(
     ledger: Conversations,
     store: KeyStore,
-    missing: set[tuple[UUID, str]],
+    missing: set[KeyRef],
     report: RestoreReport,
 ) -> RestoreReport:
     by_conversation = _group(missing)
@@ -212,8 +233,8 @@ def _redo(
     )
 
 
-def _group(ids: Iterable[tuple[UUID, str]]) -> dict[UUID, set[str]]:
+def _group(ids: Iterable[KeyRef]) -> dict[UUID, set[str]]:
     grouped: dict[UUID, set[str]] = {}
-    for conversation_id, key_id in ids:
-        grouped.setdefault(conversation_id, set()).add(key_id)
+    for conversation_hex, key_id in ids:
+        grouped.setdefault(UUID(hex=conversation_hex), set()).add(key_id)
     return grouped

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from turnledger.infra.exit_codes import EXIT_PENDING
 from turnledger.infra.persistence import key_store, master_key, open_conversations
 from turnledger.infra.restore import deletion_record, rebuild_record
 from turnledger.infra.settings import Settings
@@ -17,9 +18,6 @@ from turnledger.infra.vault import (
     master_key_id,
     new_master_key,
 )
-
-# As `turnledger purge`: the check ran, but compaction is still pending.
-EXIT_PENDING = 3
 
 
 def register(subparsers: Any) -> None:

@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 from turnledger.domain.errors import DatabaseUnavailableError, InvalidInputError
+from turnledger.infra.arguments import port_number, positive_int
 from turnledger.infra.settings import Settings
 
 
@@ -16,11 +17,13 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--host", help="address to bind (default TURNLEDGER_HTTP_HOST)")
     parser.add_argument(
-        "--port", type=int, help="port to bind (default TURNLEDGER_HTTP_PORT)"
+        "--port",
+        type=port_number,
+        help="port to bind, 1 to 65535 (default TURNLEDGER_HTTP_PORT)",
     )
     parser.add_argument(
         "--workers",
-        type=int,
+        type=positive_int,
         default=1,
         help="service processes; they share the store and wake each other's "
         "long-polls (PostgreSQL LISTEN/NOTIFY, or polling on SQLite)",
@@ -47,7 +50,7 @@ def run(arguments: argparse.Namespace) -> int:
         "turnledger.infra.http.app:app_from_environment",
         factory=True,
         host=arguments.host or settings.http_host,
-        port=arguments.port or settings.http_port,
+        port=settings.http_port if arguments.port is None else arguments.port,
         workers=arguments.workers,
         log_level="info",
         access_log=settings.http_access_log,
@@ -78,6 +81,7 @@ def _check_database(settings: Settings) -> None:
         psycopg.connect(settings.postgres_conninfo()).close()
     except psycopg.Error as error:
         reason = str(error).strip().splitlines()
+        where = f"{settings.postgres_host}:{settings.postgres_port}"
         raise DatabaseUnavailableError(
-            reason[0] if reason else "cannot connect"
+            f"{where}: {reason[0] if reason else 'cannot connect'}"
         ) from None

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
+import difflib
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal, Self
+from typing import Annotated, Literal, Self
 
 from pydantic import (
     Field,
@@ -13,10 +17,13 @@ from pydantic import (
     PositiveFloat,
     PositiveInt,
     SecretStr,
+    ValidationError,
+    field_validator,
     model_validator,
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from turnledger.domain.errors import InvalidInputError
 from turnledger.domain.text import DEFAULT_MAX_TURN_BYTES
 from turnledger.projections.formats import WireFormatName
 from turnledger.projections.policy import (
@@ -25,8 +32,14 @@ from turnledger.projections.policy import (
     check_fold_gap,
 )
 
+ENV_PREFIX = "TURNLEDGER_"
+Port = Annotated[int, Field(ge=1, le=65_535)]
+SessionAttrs = Literal["any", "read-write", "primary", "standby", "prefer-standby"]
+"""libpq's target_session_attrs."""
 
-def _default_data_dir() -> Path:
+
+
+def default_data_dir() -> Path:
     base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
     return Path(base) / "turnledger"
 
@@ -35,20 +48,24 @@ class Settings(BaseSettings):
     """Every setting, with its TURNLEDGER_ variable (see the README's table)."""
 
     model_config = SettingsConfigDict(
-        env_prefix="TURNLEDGER_", env_file=".env", extra="ignore", frozen=True
+        env_prefix=ENV_PREFIX, env_file=".env", extra="ignore", frozen=True
     )
 
     persistence: Literal["memory", "sqlite", "postgres"] = "sqlite"
-    data_dir: Path = Field(default_factory=_default_data_dir)
+    data_dir: Path = Field(default_factory=default_data_dir)
 
     postgres_host: str = "127.0.0.1"
-    postgres_port: PositiveInt = 5432
+    postgres_port: Port = 5432
     postgres_dbname: str = "postgres"
     postgres_user: str = "postgres"
     postgres_password: SecretStr = SecretStr("")
     postgres_schema: str = Field(
         default="turnledger", pattern=r"^[a-z_][a-z0-9_]{0,62}$"
     )
+    # With several hosts in postgres_host ("h1,h2,h3": the members of a
+    # Patroni cluster, docs/ha.md), "read-write" or "primary": every
+    # connection goes to whichever member accepts writes now.
+    postgres_target_session_attrs: SessionAttrs = "any"
     postgres_pool_size: PositiveInt = 5
     postgres_connect_timeout: PositiveInt = 5
     # Write transactions kept going at once: above one, the next batch of
@@ -59,11 +76,13 @@ class Settings(BaseSettings):
     # A streaming replica of that server, for reads (docs/scaling.md). Unset
     # host: no replica. The schema and master key are the primary's.
     postgres_replica_host: str | None = None
-    postgres_replica_port: PositiveInt = 5432
+    postgres_replica_port: Port = 5432
     postgres_replica_dbname: str = "postgres"
     postgres_replica_user: str = "postgres"
     postgres_replica_password: SecretStr = SecretStr("")
     postgres_replica_pool_size: PositiveInt = 5
+    # A Patroni cluster's members as the replica: "prefer-standby".
+    postgres_replica_target_session_attrs: SessionAttrs = "any"
     # How long a read that must see a write waits for the replica to replay it
     # before it is served by the primary instead.
     postgres_replica_max_wait_seconds: NonNegativeFloat = 0.05
@@ -82,6 +101,24 @@ class Settings(BaseSettings):
     # every backup of the store. Unset: beside master_key_file when that is
     # set, else $XDG_STATE_HOME/turnledger (~/.local/state/turnledger).
     deletion_record_dir: Path | None = None
+
+    @field_validator("master_key")
+    @classmethod
+    def _master_key_is_32_bytes(cls, value: SecretStr | None) -> SecretStr | None:
+        # Checked here so that the message names the variable; the secret itself
+        # is never echoed.
+        if value is None:
+            return None
+        encoded = value.get_secret_value().strip()
+        if not encoded:
+            raise ValueError("is empty: unset it, or give base64 of 32 random bytes")
+        try:
+            size = len(base64.b64decode(encoded, validate=True))
+        except (binascii.Error, ValueError):
+            raise ValueError("is not base64 (expected base64 of 32 bytes)") from None
+        if size != 32:
+            raise ValueError(f"must be base64 of 32 bytes, got {size} bytes")
+        return value
 
     max_turn_bytes: PositiveInt = DEFAULT_MAX_TURN_BYTES
 
@@ -102,8 +139,17 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _window_covers_the_fold_gap(self) -> Self:
         # Refuse to start rather than silently lose context (seed 002).
-        check_fold_gap(self.window_max_tokens, self.fold_threshold_tokens)
-        self.window_policy()  # every other rule of the policy, checked now too
+        try:
+            check_fold_gap(self.window_max_tokens, self.fold_threshold_tokens)
+        except ValueError as error:
+            raise ValueError(
+                f"TURNLEDGER_WINDOW_MAX_TOKENS / TURNLEDGER_FOLD_THRESHOLD_TOKENS: "
+                f"{error}"
+            ) from None
+        try:
+            self.window_policy()  # every other rule of the policy, checked now too
+        except ValidationError as error:
+            raise ValueError(_policy_problems(error)) from None
         return self
 
     def window_policy(self) -> WindowPolicy:
@@ -125,7 +171,7 @@ class Settings(BaseSettings):
     # max_turn_bytes even when JSON escaping inflates it (a control character
     # becomes six bytes), so it is checked on the raw request before parsing.
     http_host: str = "127.0.0.1"
-    http_port: PositiveInt = 8000
+    http_port: Port = 8000
     http_max_body_bytes: PositiveInt = 8 * 1_048_576
     sync_max_wait_seconds: PositiveFloat = 30.0
     sync_poll_interval_seconds: PositiveFloat = 0.05
@@ -155,6 +201,11 @@ class Settings(BaseSettings):
     http_database_check_interval_seconds: PositiveFloat = 0.5
     http_database_timeout_seconds: PositiveFloat = 1.0
     http_retry_after_seconds: PositiveInt = 2
+    # A turn write or conversation start not answered in this time is answered
+    # 503 with Retry-After (its outcome is left to the database: a retry with
+    # the same turn id gets the receipt). A primary that lost its synchronous
+    # standby holds commits until a new one attaches (docs/ha.md).
+    http_write_deadline_seconds: PositiveFloat = 3.0
     # How long a stopping service waits for requests in flight (long-polls are
     # answered at once) before it cancels them.
     http_shutdown_timeout_seconds: PositiveFloat = 10.0
@@ -167,26 +218,40 @@ class Settings(BaseSettings):
     def _check_cross_field_rules(self) -> Self:
         if self.http_max_request_line_bytes > self.http_max_header_bytes:
             raise ValueError(
-                "http_max_request_line_bytes must be <= http_max_header_bytes "
+                "TURNLEDGER_HTTP_MAX_REQUEST_LINE_BYTES must be <= "
+                "TURNLEDGER_HTTP_MAX_HEADER_BYTES "
                 "(the request line is part of the request head)"
             )
         if self.http_max_long_polls_per_device > self.http_max_long_polls_per_user:
             raise ValueError(
-                "http_max_long_polls_per_device must be <= http_max_long_polls_per_user"
+                "TURNLEDGER_HTTP_MAX_LONG_POLLS_PER_DEVICE must be <= "
+                "TURNLEDGER_HTTP_MAX_LONG_POLLS_PER_USER"
             )
         if self.postgres_replica_host is not None and self.persistence != "postgres":
             raise ValueError(
-                "postgres_replica_host is set: a replica needs persistence=postgres"
+                "TURNLEDGER_POSTGRES_REPLICA_HOST is set: a replica needs "
+                "TURNLEDGER_PERSISTENCE=postgres"
+            )
+        if "," in self.postgres_host and self.postgres_target_session_attrs not in (
+            "read-write",
+            "primary",
+        ):
+            raise ValueError(
+                "postgres_host names several hosts: set "
+                "postgres_target_session_attrs=read-write, or writes may reach a "
+                "read-only member"
             )
         if self.master_key is not None and self.master_key_file is not None:
-            raise ValueError("set master_key or master_key_file, not both")
+            raise ValueError(
+                "set TURNLEDGER_MASTER_KEY or TURNLEDGER_MASTER_KEY_FILE, not both"
+            )
         if (
             self.persistence == "postgres"
             and self.master_key is None
             and self.master_key_file is None
         ):
             raise ValueError(
-                "persistence=postgres needs TURNLEDGER_MASTER_KEY or "
+                "TURNLEDGER_PERSISTENCE=postgres needs TURNLEDGER_MASTER_KEY or "
                 "TURNLEDGER_MASTER_KEY_FILE: the key that wraps turn keys must not "
                 "live beside the data it protects"
             )
@@ -225,6 +290,9 @@ class Settings(BaseSettings):
                 "postgres_user": self.postgres_replica_user,
                 "postgres_password": self.postgres_replica_password,
                 "postgres_pool_size": self.postgres_replica_pool_size,
+                "postgres_target_session_attrs": (
+                    self.postgres_replica_target_session_attrs
+                ),
                 "postgres_replica_host": None,
             }
         )
@@ -239,4 +307,72 @@ class Settings(BaseSettings):
             user=self.postgres_user,
             password=self.postgres_password.get_secret_value(),
             connect_timeout=self.postgres_connect_timeout,
+            target_session_attrs=None
+            if self.postgres_target_session_attrs == "any"
+            else self.postgres_target_session_attrs,
         )
+
+
+# Fields whose values a message must never echo.
+_SECRET_FIELDS = frozenset(
+    name
+    for name, field in Settings.model_fields.items()
+    if "SecretStr" in repr(field.annotation)
+)
+
+
+def _policy_problems(error: ValidationError) -> str:
+    """A WindowPolicy's complaint, naming the TURNLEDGER_ variables behind it."""
+    names = {"wire_format": "window_format", "fold_threshold_tokens": None}
+    problems = []
+    for item in error.errors(include_url=False):
+        message = str(item.get("msg", "invalid")).removeprefix("Value error, ")
+        location = item.get("loc", ())
+        if location:
+            field = str(location[0])
+            setting = names.get(field, f"window_{field}") or field
+            message = f"{ENV_PREFIX}{setting.upper()}: {message}"
+        else:
+            message = f"{ENV_PREFIX}WINDOW_* settings: {message}"
+        problems.append(message)
+    return "; ".join(problems)
+
+
+def setting_names() -> list[str]:
+    """Every TURNLEDGER_* variable a Settings field reads."""
+    return [ENV_PREFIX + name.upper() for name in Settings.model_fields]
+
+
+def check_environment_names(environ: Mapping[str, object]) -> None:
+    """Refuse a TURNLEDGER_* variable that is no setting (a typo runs on defaults).
+
+    pydantic-settings never looks at a variable that names no field, so a
+    misspelled TURNLEDGER_PERSISTANCE=postgres would otherwise run on SQLite.
+    """
+    known = setting_names()
+    for name in sorted(environ):
+        if not name.startswith(ENV_PREFIX) or name in known:
+            continue
+        closest = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+        hint = f"did you mean {closest[0]}?" if closest else "see the README's table"
+        raise InvalidInputError(name, f"no such setting; {hint}")
+
+
+def describe_settings_error(error: ValidationError) -> str:
+    """One line naming each variable that is wrong, and why (no pydantic dump)."""
+    problems = []
+    for item in error.errors(include_url=False):
+        message = str(item.get("msg", "invalid")).removeprefix("Value error, ")
+        location = item.get("loc", ())
+        if not location:
+            problems.append(message)
+            continue
+        field = str(location[0])
+        name = ENV_PREFIX + field.upper()
+        value = item.get("input")
+        if field in _SECRET_FIELDS or isinstance(value, dict) or value is None:
+            problems.append(f"{name}: {message}")
+        else:
+            shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+            problems.append(f"{name}={shown}: {message}")
+    return "; ".join(problems)

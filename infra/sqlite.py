@@ -10,11 +10,18 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
-from eventsourcing.persistence import StoredEvent, Tracking
+from eventsourcing.persistence import Notification, StoredEvent, Tracking
 from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteCursor, SQLiteFactory
 
 from turnledger.domain.errors import TurnDeletedError
 from turnledger.infra.keystore import KeyStore
+from turnledger.infra.owner_feed import (
+    OWNER_FEED_TABLE,
+    SQLITE_INSERT_OWNER_ROW,
+    SQLITE_OWNER_FEED_TABLE,
+    sqlite_build_owner_feed,
+    sqlite_select_owner_events,
+)
 from turnledger.infra.read_side_sql import (
     CONVERSATION_COLUMNS,
     ERASE_TURN_SIZES,
@@ -225,12 +232,14 @@ class SQLiteKeyStore(KeyStore):
                 "INSERT OR REPLACE INTO key_store_meta VALUES (?, ?)", (name, value)
             )
 
-    def destroyed_key_ids(self) -> set[tuple[UUID, str]]:
+    def destroyed_key_ids(self) -> set[tuple[str, str]]:
         with self._lock:
+            # Stored as 32 hex digits (a first-release store may have dashes).
             rows = self._connection.execute(
-                "SELECT conversation_id, turn_id FROM destroyed_turn_keys"
+                "SELECT replace(conversation_id, '-', ''), turn_id "
+                "FROM destroyed_turn_keys"
             ).fetchall()
-        return {(UUID(hex=conversation), turn_id) for conversation, turn_id in rows}
+        return set(rows)
 
     def any_wrapped_key(self) -> tuple[UUID, str, bytes] | None:
         with self._lock:
@@ -347,6 +356,11 @@ def _iso(at: datetime) -> str:
     return at.isoformat()
 
 
+def _originator_key(originator_id: UUID | str) -> str:
+    # As the library stores it (and the head rows key it): the UUID's hex.
+    return originator_id.hex if isinstance(originator_id, UUID) else originator_id
+
+
 class SQLiteReadSideRecorder(SQLiteApplicationRecorder):
     """The library's SQLite recorder, writing the read side with the events."""
 
@@ -361,6 +375,16 @@ class SQLiteReadSideRecorder(SQLiteApplicationRecorder):
             c.execute("PRAGMA table_info(conversation_turns)")
             if "parts_sizes" not in {row[1] for row in c.fetchall()}:
                 c.execute("ALTER TABLE conversation_turns ADD COLUMN parts_sizes TEXT")
+        # The per-user feed index (infra/owner_feed.py): built from the log
+        # once, in the transaction that creates it, for a store made before it.
+        with self.datastore.transaction(commit=True) as c:
+            c.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                (OWNER_FEED_TABLE,),
+            )
+            if c.fetchone() is None:
+                c.execute(SQLITE_OWNER_FEED_TABLE)
+                c.execute(sqlite_build_owner_feed(self.events_table_name))
 
     def _insert_events(
         self, c: SQLiteCursor, stored_events: Sequence[StoredEvent], **kwargs: Any
@@ -369,6 +393,15 @@ class SQLiteReadSideRecorder(SQLiteApplicationRecorder):
         changes: RowChanges | None = kwargs.get("read_side")
         if changes is not None:
             self._write_rows(c, changes)
+        if ids:
+            # After the head rows: a new conversation's owner is in its own.
+            c.executemany(
+                SQLITE_INSERT_OWNER_ROW,
+                [
+                    (notification_id, _originator_key(event.originator_id))
+                    for notification_id, event in zip(ids, stored_events, strict=True)
+                ],
+            )
         return ids
 
     def _write_rows(self, c: SQLiteCursor, changes: RowChanges) -> None:
@@ -432,6 +465,27 @@ class SQLiteReadSideRecorder(SQLiteApplicationRecorder):
                     new_folds=tuple(folds),
                 ),
             )
+            c.execute(f"DELETE FROM {OWNER_FEED_TABLE}")  # noqa: S608 - fixed name
+            c.execute(sqlite_build_owner_feed(self.events_table_name))
+
+    def select_owner_notifications(
+        self, owner_id: str, after: int, limit: int, topics: Sequence[str] = ()
+    ) -> list[Notification]:
+        """The owner's events after log position `after`, oldest first, through
+        the per-user feed index (infra/owner_feed.py)."""
+        statement = sqlite_select_owner_events(
+            self.events_table_name, topics=len(topics)
+        )
+        return [
+            Notification(
+                id=row["notification_id"],
+                originator_id=self.convert_originator_id(row["originator_id"]),
+                originator_version=row["originator_version"],
+                topic=row["topic"],
+                state=bytes(row["state"]),
+            )
+            for row in self._select(statement, (owner_id, after, *topics, limit))
+        ]
 
     def _select(self, statement: str, params: Sequence[Any]) -> list[Any]:
         with self.datastore.transaction(commit=False) as c:

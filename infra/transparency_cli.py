@@ -8,13 +8,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sqlite3
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-import psycopg
 
 from turnledger.domain.errors import TurnLedgerError
 from turnledger.domain.merkle import ProofError
@@ -61,7 +58,11 @@ def register(subparsers: Any) -> None:
 
 
 def guarded(action: Callable[[], int]) -> int:
-    """Run a command: integrity failures exit 1, anything that stops it exits 2."""
+    """Run a command: integrity failures exit 1, anything that stops it exits 2.
+
+    Database errors go on to the CLI's shared handler (infra/cli.py), which
+    says in one line which database could not be reached.
+    """
     try:
         return action()
     except LogInconsistentError as error:
@@ -71,8 +72,6 @@ def guarded(action: Callable[[], int]) -> int:
         TurnLedgerError,
         ProofError,
         OSError,
-        psycopg.Error,
-        sqlite3.Error,
     ) as error:
         print(f"turnledger: could not run: {error}", file=sys.stderr)
         return EXIT_CANNOT_RUN

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from turnledger.domain.errors import InvalidInputError
+from turnledger.infra.arguments import positive_int
 from turnledger.infra.persistence import open_conversations
 from turnledger.infra.settings import Settings
 from turnledger.infra.tokenizers import TOKENIZERS, token_counter
@@ -36,10 +37,14 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--system", default="", help="system instructions")
     parser.add_argument("--model", default="model", help="model name put in the body")
     parser.add_argument("--format", choices=WIRE_FORMATS, help="wire format")
-    parser.add_argument("--max-bytes", type=int, help="byte limit of the body")
+    parser.add_argument("--max-bytes", type=positive_int, help="byte limit of the body")
     parser.add_argument("--tokenizer", choices=TOKENIZERS, help="token counter")
     parser.add_argument(
-        "--output", choices=("table", "json"), default="table", help="output style"
+        "--output",
+        choices=("table", "json", "body"),
+        default="table",
+        help="table; json: the report with the body's exact bytes as its last "
+        "member; body: only the body's exact bytes (to send as they are)",
     )
     parser.add_argument(
         "--body", action="store_true", help="with --output table, also print the body"
@@ -75,14 +80,17 @@ def run(arguments: argparse.Namespace) -> int:
         )
         window = projected.window
         # The report lists dropped turns' ids, read from the store: before closing.
+        if arguments.output == "body":
+            sys.stdout.buffer.write(window.body)
+            sys.stdout.buffer.flush()
+            return 0
         if arguments.output == "json":
             document = {
                 "conversation_id": str(projected.conversation_id),
                 "ledger_version": projected.ledger_version,
                 "report": window.report(),
-                "body": json.loads(window.body),
             }
-            sys.stdout.write(json.dumps(document, ensure_ascii=False, indent=2) + "\n")
+            _write_json_with_body(document, window.body)
             return 0
         _print_table(
             Console(), projected.conversation_id, projected.ledger_version, window
@@ -92,6 +100,20 @@ def run(arguments: argparse.Namespace) -> int:
     if arguments.body:
         sys.stdout.write(window.body.decode("utf-8") + "\n")
     return 0
+
+
+def _write_json_with_body(document: dict[str, Any], body: bytes) -> None:
+    """The document, then `"body":` and the body's bytes exactly as they are sent.
+
+    Parsing the body and dumping it again would print other bytes than the
+    ones the window measured (spacing, escapes): they are spliced in instead.
+    """
+    head = json.dumps(document, ensure_ascii=False, indent=2)
+    sys.stdout.flush()
+    out = sys.stdout.buffer
+    out.write(head[: head.rindex("}")].rstrip().encode("utf-8"))
+    out.write(b',\n  "body": ' + body + b"\n}\n")
+    out.flush()
 
 
 def _print_table(

@@ -87,7 +87,7 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         service.signals.bind(asyncio.get_running_loop())
         check: Callable[[], Awaitable[None]]
-        recover: Callable[[], Awaitable[None]] | None = None
+        recover: PoolsServe | None = None
         watcher: PostgresListener | Poller
         if settings.persistence == "postgres":
             check = postgres_check = PostgresCheck(settings.postgres_conninfo())
@@ -124,6 +124,7 @@ def create_app(
             if settings.persistence == "postgres"
             else max(settings.http_database_timeout_seconds, SQLITE_LOCK_SECONDS),
             recover=recover,
+            on_outage=None if recover is None else recover.drop_broken,
         )
         monitor.start()
         app.state.database_monitor = monitor
@@ -228,6 +229,7 @@ def create_app(
         monitor=lambda: app.state.database_monitor,
         unguarded=UNGUARDED_PATHS,
         retry_after=settings.http_retry_after_seconds,
+        write_deadline=settings.http_write_deadline_seconds,
     )
     app.add_middleware(
         HeadSizeLimit,

@@ -77,8 +77,9 @@ class DatabaseMonitor:
 
     `check` is awaited with a deadline; raising or running past it means
     unavailable. While unavailable, `recover` must pass too (same deadline)
-    before the database is said to be available again. Use from the event loop
-    only (except `poke_threadsafe`).
+    before the database is said to be available again; `on_outage` is called
+    each time the database is found unavailable. Use from the event loop only
+    (except `poke_threadsafe`).
     """
 
     def __init__(
@@ -88,9 +89,11 @@ class DatabaseMonitor:
         interval: float,
         timeout: float,
         recover: Callable[[], Awaitable[None]] | None = None,
+        on_outage: Callable[[], None] | None = None,
     ) -> None:
         self._check = check
         self._recover = recover
+        self._on_outage = on_outage
         self._interval = interval
         self._timeout = timeout
         self._state = Availability(available=True, since=time.time())
@@ -174,6 +177,8 @@ class DatabaseMonitor:
             watchers, self._outage_watchers = self._outage_watchers, set()
             for watcher in watchers:
                 watcher()
+            if self._on_outage is not None:
+                self._on_outage()
 
     async def _run(self) -> None:
         while not self._stopping:
@@ -256,6 +261,21 @@ class PoolsServe:
     async def __call__(self) -> None:
         await asyncio.to_thread(self._serve_all)
 
+    def drop_broken(self) -> None:
+        """At an outage (or a failover), drop from every pool the idle
+        connections it broke, in a worker thread, before requests take them:
+        a pool that lends a broken connection replaces it, but sleeps 1 s, then
+        2 s..., before the next (psycopg_pool's back-off), and the one thread
+        that writes turns would sleep so with every write queued behind it."""
+        asyncio.get_running_loop().run_in_executor(None, self._check_all)
+
+    def _check_all(self) -> None:
+        for pool in self._pools:
+            try:
+                pool.check()
+            except Exception as error:  # the next check tries again
+                logger.warning("pool %s: %s", pool.name, _one_line(error))
+
     def _serve_all(self) -> None:
         for pool in self._pools:
             try:
@@ -275,7 +295,11 @@ class DatabaseGuard:
 
     A request in flight when the probe fails is answered 503 at once unless its
     response has started; its work is left to finish or fail on its own, and
-    whatever it would have answered is dropped.
+    whatever it would have answered is dropped. So is a write (a turn, a new
+    conversation) still unanswered after `write_deadline` seconds: the
+    database answers the check but does not commit (a new primary waiting for
+    its synchronous standby), and the device is told to retry rather than
+    left waiting.
     """
 
     def __init__(
@@ -285,11 +309,13 @@ class DatabaseGuard:
         monitor: Callable[[], DatabaseMonitor | None],
         unguarded: frozenset[str],
         retry_after: int,
+        write_deadline: float | None = None,
     ) -> None:
         self.app = app
         self._monitor = monitor
         self._unguarded = unguarded
         self._retry_after = retry_after
+        self._write_deadline = write_deadline
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         monitor = self._monitor()
@@ -323,9 +349,23 @@ class DatabaseGuard:
                 unavailable_response(self._retry_after)(scope, receive, send)
             )
 
-        # The request runs in its own task; only an outage starts another one,
-        # which answers 503 while the work goes on to finish or fail.
+        def on_deadline() -> None:
+            if not (started or answered):
+                logger.warning(
+                    "a write unanswered after %g s answered 503", self._write_deadline
+                )
+                monitor.poke()
+            on_outage()
+
+        # The request runs in its own task; only an outage (or a deadline)
+        # starts another one, which answers 503 while the work goes on to
+        # finish or fail.
         monitor.watch_outage(on_outage)
+        timer = (
+            asyncio.get_running_loop().call_later(self._write_deadline, on_deadline)
+            if self._write_deadline is not None and _is_write(scope)
+            else None
+        )
         try:
             await self.app(scope, receive, guarded_send)
         except Exception as error:
@@ -336,9 +376,19 @@ class DatabaseGuard:
                     "a request answered 503 later failed: %s", _one_line(error)
                 )
         finally:
+            if timer is not None:
+                timer.cancel()
             monitor.unwatch_outage(on_outage)
             if answering is not None:
                 await answering
+
+
+def _is_write(scope: Scope) -> bool:
+    """A turn write or a conversation start: what devices send all the time."""
+    method, path = scope["method"], scope["path"]
+    if method == "PUT":
+        return "/turns/" in path
+    return method == "POST" and path.rstrip("/") == "/v1/conversations"
 
 
 def install_outage_handlers(app: FastAPI, *, retry_after: int) -> None:

@@ -30,7 +30,7 @@ logger = logging.getLogger(__name__)
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorResponse, "description": description}
     for status, description in [
-        (400, "a body the JSON parser gives up on (nesting, huge numbers)"),
+        (400, "a body the JSON parser gives up on (not UTF-8, nesting, huge numbers)"),
         (401, "missing, unknown or revoked device token"),
         (404, "no such conversation, turn or device for this user"),
         (409, "turn id reused, turn deleted, or a stale expected_version"),
@@ -90,6 +90,20 @@ def ledger_error_response(error: TurnLedgerError) -> ErrorJSONResponse:
     )
 
 
+def _unparsable_body(cause: BaseException | None) -> str:
+    """Why the JSON parser gave up on a body, without quoting it."""
+    if isinstance(cause, UnicodeDecodeError):
+        return (
+            "the request body is not UTF-8 (JSON must be): invalid byte at "
+            f"offset {cause.start}"
+        )
+    if isinstance(cause, RecursionError):
+        return "the request body could not be parsed as JSON: nested too deeply"
+    if isinstance(cause, ValueError) and "digits" in str(cause):
+        return "the request body could not be parsed as JSON: a number too long"
+    return "the request body could not be parsed as JSON"
+
+
 def install_error_handlers(app: FastAPI) -> None:
     async def on_ledger_error(_: Request, error: Exception) -> Response:
         assert isinstance(error, TurnLedgerError)
@@ -126,12 +140,9 @@ def install_error_handlers(app: FastAPI) -> None:
         message = str(error.detail)
         if error.status_code == 400:
             # FastAPI's own answer when json.loads fails on something it did not
-            # classify: nesting too deep, or an integer with too many digits.
+            # classify; the parser's exception says which it was.
             code = "malformed_json"
-            message = (
-                "the request body could not be parsed as JSON "
-                "(nested too deeply, or a number too long)"
-            )
+            message = _unparsable_body(error.__cause__)
         return error_response(error.status_code, code, message, headers=error.headers)
 
     async def on_tokenizer_unavailable(_: Request, error: Exception) -> Response:

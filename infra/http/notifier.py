@@ -28,8 +28,9 @@ import logging
 import threading
 import weakref
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
 from uuid import UUID
 
 import psycopg
@@ -45,6 +46,52 @@ logger = logging.getLogger(__name__)
 
 _LOG_PAGE = 500
 _REVOCATION_OVERLAP = timedelta(seconds=5)
+
+T = TypeVar("T")
+
+
+class SharedReads:
+    """One read for the long-polls of a user that a change woke together.
+
+    Long-polls of one user's devices that are caught up hold the same cursor,
+    and one change wakes them all at once: the first to read starts the read
+    and the others await its result, so the change is read, decoded and
+    decrypted once, not once per device.
+
+    A waiter may only join a read that cannot have missed a change it must
+    see. The key therefore holds the wake-up event the waiter took before
+    reading (`UserSignals.current`): every waiter holding that event took it
+    before any later change fired it, and a change the shared read missed
+    fires that same event, so all of them wake and read again. A read that
+    must see a WAL position (reads on a replica) is joined only by waiters
+    that need no more than it.
+    """
+
+    def __init__(self) -> None:
+        self._reads: dict[Hashable, tuple[int, asyncio.Future[Any]]] = {}
+        self.started = 0
+        self.joined = 0
+
+    async def read(
+        self, key: Hashable, wal: int, start: Callable[[], Awaitable[T]]
+    ) -> T:
+        entry = self._reads.get(key)
+        if entry is not None and entry[0] >= wal and not entry[1].done():
+            self.joined += 1
+            result: T = await asyncio.shield(entry[1])
+            return result
+        future: asyncio.Future[T] = asyncio.ensure_future(start())
+        self._reads[key] = (wal, future)
+        self.started += 1
+
+        def forget(_: asyncio.Future[T]) -> None:
+            if self._reads.get(key, (0, None))[1] is future:
+                del self._reads[key]
+
+        future.add_done_callback(forget)
+        # Shielded: a waiter whose client went away must not cancel the read
+        # the others are waiting for.
+        return await asyncio.shield(future)
 
 
 class UserSignals:
@@ -63,6 +110,7 @@ class UserSignals:
         self._users: Counter[str] = Counter()
         self._devices: Counter[str] = Counter()
         self._closing = False
+        self.shared_reads = SharedReads()
         _OPEN_SIGNALS.add(self)
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -248,7 +296,13 @@ class PostgresListener(_Watcher):
                             connection.execute(
                                 sql.SQL("LISTEN {}").format(sql.Identifier(channel))
                             )
-                    # Anything may have been written while (re)connecting.
+                    # Anything may have been written while (re)connecting,
+                    # and its notifications are lost (a failover keeps none):
+                    # learn how far the primary is first, so woken reads on a
+                    # replica wait for all of it, then wake every long-poll to
+                    # read from its cursor.
+                    if self._on_commits is not None:
+                        self._on_commits(connection)
                     self._signals.fire_all()
                     if failing:
                         logger.warning("sync listener connected again")

@@ -12,9 +12,13 @@ counts against the device's and user's caps).
 from __future__ import annotations
 
 import asyncio
+import functools
+import json
+from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Query, Request, Response
+from pydantic import TypeAdapter
 from starlette.concurrency import run_in_threadpool
 from starlette.types import Receive
 
@@ -38,6 +42,7 @@ from turnledger.infra.service_layer.feed import (
 )
 from turnledger.infra.wire.schemas import (
     SYNC_LIMIT_MAX,
+    ChangeOut,
     ConversationStartedOut,
     HistoryDeletedOut,
     OtherChangeOut,
@@ -51,6 +56,18 @@ router = APIRouter(prefix="/v1", tags=["sync"], responses=ERROR_RESPONSES)
 # The schema's ceiling; the service's own (TURNLEDGER_SYNC_MAX_WAIT_SECONDS) may
 # be lower, and a longer timeout is shortened to it rather than refused.
 TIMEOUT_CEILING_SECONDS = 300.0
+
+# The changes of a read, rendered once: the long-polls sharing a read share
+# its JSON too, and only the cursor differs between their answers.
+_CHANGES_JSON = TypeAdapter(list[ChangeOut])
+
+
+@dataclass(frozen=True, slots=True)
+class _Read:
+    batch: ChangeBatch
+    at: int
+    """The WAL position the read was served at (0: no replica)."""
+    changes_json: bytes
 
 
 @router.get("/sync", response_model=SyncOut)
@@ -76,7 +93,7 @@ async def sync(
     ] = 0.0,
     limit: Annotated[int, Query(ge=1, le=SYNC_LIMIT_MAX)] = 100,
     wal_position: ClientPosition = None,
-) -> SyncOut:
+) -> Response:
     user_id = device.user_id
     position, wal = (0, 0)
     if since is not None:
@@ -85,25 +102,31 @@ async def sync(
     wait = min(timeout, service.settings.sync_max_wait_seconds)
     if wait > 0 and not service.signals.closing:
         with service.signals.waiting(user_id, device.device_id):
-            batch, at = await _read_or_wait(
+            read = await _read_or_wait(
                 service, device, position, wal, wait, limit, request.receive
             )
     else:
-        batch, at = await run_in_threadpool(
-            _pull, service, user_id, position, wal, limit
+        read = await run_in_threadpool(_pull, service, user_id, position, wal, limit)
+    # A SyncOut, spliced from the changes' JSON (the response_model above
+    # documents it; tests/integration/test_shared_reads.py compares the two).
+    cursor = service.cursors.encode(user_id, read.batch.position, read.at)
+    body = b"".join(
+        (
+            b'{"changes":',
+            read.changes_json,
+            b',"next_cursor":',
+            json.dumps(cursor).encode(),
+            b',"has_more":',
+            b"false" if read.batch.caught_up else b"true",
+            b"}",
         )
-    return SyncOut(
-        changes=[_change_out(change) for change in batch.changes],
-        next_cursor=service.cursors.encode(user_id, batch.position, at),
-        has_more=not batch.caught_up,
     )
+    return Response(body, media_type="application/json")
 
 
-def _pull(
-    service: Service, user_id: str, position: int, wal: int, limit: int
-) -> tuple[ChangeBatch, int]:
+def _pull(service: Service, user_id: str, position: int, wal: int, limit: int) -> _Read:
     """The user's changes after `position`, from a database that has replayed
-    `wal` and every commit this process knows of (docs/scaling.md)."""
+    `wal` and every commit this process knows of (docs/scaling.md), rendered."""
 
     def changes(source: Source) -> ChangeBatch:
         try:
@@ -115,7 +138,9 @@ def _pull(
                 raise
             return service.feed.changes_since(user_id, position, limit=limit)
 
-    return service.reads.read(wal, changes)
+    batch, at = service.reads.read(wal, changes)
+    rendered = _CHANGES_JSON.dump_json([_change_out(c) for c in batch.changes])
+    return _Read(batch, at, rendered)
 
 
 async def _read_or_wait(
@@ -126,7 +151,7 @@ async def _read_or_wait(
     wait: float,
     limit: int,
     receive: Receive,
-) -> tuple[ChangeBatch, int]:
+) -> _Read:
     """The next batch of the user's changes, waiting up to `wait` s for one.
 
     Wakes only for this user's changes, for a revocation of one of the user's
@@ -146,16 +171,29 @@ async def _read_or_wait(
             woken = service.signals.current(device.user_id)
             # A wake-up comes after the commit's position is known to this
             # process, so a read on a replica waits until it has replayed it.
-            batch, at = await run_in_threadpool(
-                _pull, service, device.user_id, position, wal, limit
+            # The user's other long-polls holding the same event and cursor
+            # share this read (notifier.SharedReads).
+            read = await service.signals.shared_reads.read(
+                (device.user_id, position, limit, woken),
+                wal,
+                functools.partial(
+                    run_in_threadpool,
+                    _pull,
+                    service,
+                    device.user_id,
+                    position,
+                    wal,
+                    limit,
+                ),
             )
             if waited and await run_in_threadpool(
                 service.registry.is_revoked, device.device_id
             ):
                 raise UnauthenticatedError("this device token has been revoked")
             remaining = deadline - loop.time()
+            batch = read.batch
             if batch.changes or not batch.caught_up or remaining <= 0 or gone.done():
-                return batch, at
+                return read
             wake = asyncio.ensure_future(woken.wait())
             try:
                 await asyncio.wait(
@@ -167,7 +205,7 @@ async def _read_or_wait(
                 wake.cancel()
             waited = True
             if service.signals.closing or gone.done():
-                return batch, at
+                return read
     finally:
         gone.cancel()
 

@@ -867,7 +867,7 @@ class Auditor:
                 replayed = event.mutate(replayed)
             except Exception:  # noqa: BLE001 - the chain pass reports the cause
                 return
-            snapshot = by_version.get(replayed.version)
+            snapshot = by_version.pop(replayed.version, None)
             if snapshot is None:
                 continue
             try:
@@ -884,6 +884,18 @@ class Auditor:
                         "ledger would serve altered state until it is removed",
                     )
                 )
+        head = 0 if replayed is None else replayed.version
+        for version in sorted(by_version):  # no event replays to these
+            audit.findings.append(
+                Finding(
+                    SNAPSHOT_MISMATCH,
+                    conversation_id,
+                    version,
+                    f"a snapshot at version {version}, which no event of the "
+                    f"conversation (head {head}) replays to: written or moved "
+                    "by hand",
+                )
+            )
 
     def _policy_of(
         self, receipt: WindowReceipt

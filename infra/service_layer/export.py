@@ -11,9 +11,9 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from turnledger.domain.conversation import Conversation
 from turnledger.domain.text import check_identifier
 from turnledger.infra.service_layer.application import MAX_HISTORY_PAGE, Conversations
+from turnledger.infra.service_layer.feed import ConversationFeed, HistoryDeletedChange
 
 EXPORT_SCHEMA = "turnledger.export/1"
 
@@ -37,6 +37,11 @@ def export_records(
         "exported_at": exported_at.isoformat(),
     }
     totals = {"conversations": 0, "turns": 0, "deleted_turns": 0}
+    # The owner's deletions through the per-user feed: one indexed read that
+    # decodes the deletions alone, not every event of every conversation.
+    deletions: dict[UUID, list[HistoryDeletedChange]] = {}
+    for deletion in ConversationFeed(ledger).deletions_of(owner_id):
+        deletions.setdefault(deletion.conversation_id, []).append(deletion)
     for conversation_id in conversation_ids_of(ledger, owner_id):
         conversation = ledger.get_conversation(owner_id, conversation_id)
         totals["conversations"] += 1
@@ -74,14 +79,13 @@ def export_records(
                     else item.parts.part_documents(),
                 }
             offset = page.next_offset
-        for recorded in ledger.events.get(conversation_id):
-            if isinstance(recorded, Conversation.HistoryDeleted):
-                yield {
-                    "record": "deletion",
-                    "conversation_id": str(conversation_id),
-                    "deleted_at": recorded.timestamp.isoformat(),
-                    "deleted_by": recorded.deleted_by,
-                    "whole_history": recorded.whole_history,
-                    "turn_ids": list(recorded.turn_ids),
-                }
+        for deletion in deletions.get(conversation_id, ()):
+            yield {
+                "record": "deletion",
+                "conversation_id": str(conversation_id),
+                "deleted_at": deletion.at.isoformat(),
+                "deleted_by": deletion.deleted_by,
+                "whole_history": deletion.whole_history,
+                "turn_ids": list(deletion.turn_ids),
+            }
     yield {"record": "end", **totals}

@@ -1,10 +1,10 @@
 """The change feed: every event of one user's conversations after a log position.
 
 Devices keep a position in the application's notification log (the order in
-which events were committed) and ask for everything after it. The log holds
-every user's events, so the feed filters it by owner, read for each page of
-the log from the read side's conversation rows (written with the events, so
-any process, however new, sees the owner of every event it reads).
+which events were committed) and ask for everything after it. The store keeps
+a per-user index of that log, written in the events' own transaction
+(infra/owner_feed.py), so a read walks only the caller's own events: its cost
+follows what the user changed, however much other users write.
 
 Text is never cached here. A turn's text is decrypted when a change is served,
 and any turn that is deleted by then is served without text, so a device whose
@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol, cast
 from uuid import UUID
 
 from eventsourcing.persistence import Notification
@@ -29,16 +29,26 @@ from turnledger.infra.service_layer.application import Conversations
 from turnledger.projections.results import MAX_CHANGES_PER_READ
 from turnledger.projections.turn_texts import open_turns
 
-_LOG_PAGE = 250
+# Index rows read per query: a read of `limit` changes takes ceil(limit/100)
+# queries, each of at most this many events.
+_FEED_PAGE = 100
 # A read stops adding changes once their stored events (sealed text included)
 # pass this many bytes, so a batch of large turns cannot exhaust memory.
 _MAX_STORED_BYTES_PER_READ = 8 * 1_048_576
-# A read stops after scanning this many notifications of the whole log even if
-# none was the caller's, and hands back a position past them, so one request
-# never walks an unbounded stretch of other users' events.
-_MAX_SCANNED_PER_READ = 20_000
+
+
+class OwnerLog(Protocol):
+    """The per-user feed index every store of the ledger keeps."""
+
+    def select_owner_notifications(
+        self, owner_id: str, after: int, limit: int, topics: Sequence[str] = ()
+    ) -> Sequence[Notification]:
+        """The owner's events after log position `after`, oldest first."""
+        ...
+
 
 STARTED_TOPIC = get_topic(Conversation.Started)
+DELETED_TOPIC = get_topic(Conversation.HistoryDeleted)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,33 +154,8 @@ class ConversationFeed:
             raise InvalidInputError(
                 "limit", f"must be an integer from 1 to {MAX_CHANGES_PER_READ}"
             )
-        mine: list[Notification] = []
-        mine_bytes = 0
-        scanned = 0
-        full = caught_up = False
-        while not full and scanned < _MAX_SCANNED_PER_READ:
-            page = self._ledger.recorder.select_notifications(
-                start=position + 1, limit=_LOG_PAGE
-            )
-            owners = self._owners(page)
-            for notification in page:
-                if owners.get(_as_uuid(notification.originator_id)) == owner_id:
-                    # A batch always takes one change, however large, so a
-                    # device can never get stuck behind a big turn.
-                    mine_bytes += len(notification.state)
-                    if mine and mine_bytes > _MAX_STORED_BYTES_PER_READ:
-                        full = True
-                        break
-                    mine.append(notification)
-                position = notification.id
-                if len(mine) == limit:
-                    full = True
-                    break
-            scanned += len(page)
-            if not full and len(page) < _LOG_PAGE:
-                caught_up = True
-                break
-        if not mine and caught_up and position > self.head_position():
+        mine, position, caught_up = self._own_notifications(owner_id, position, limit)
+        if not mine and position > self.head_position():
             # Only possible when the store went back in time (a restore from an
             # older backup): events after the head would be missed unseen.
             raise InvalidInputError(
@@ -180,12 +165,53 @@ class ConversationFeed:
             )
         return ChangeBatch(tuple(self._describe(mine)), position, caught_up)
 
+    def deletions_of(self, owner_id: str) -> list[HistoryDeletedChange]:
+        """Every deletion the owner's conversations recorded, in log order
+        (read through the index, decoding only the deletions)."""
+        found: list[HistoryDeletedChange] = []
+        position = 0
+        while True:
+            page = self._log.select_owner_notifications(
+                owner_id, position, _FEED_PAGE, topics=(DELETED_TOPIC,)
+            )
+            found.extend(
+                change
+                for change in self._describe(page)
+                if isinstance(change, HistoryDeletedChange)
+            )
+            if len(page) < _FEED_PAGE:
+                return found
+            position = page[-1].id
+
     # Internals ----------------------------------------------------------------
 
-    def _owners(self, page: Sequence[Notification]) -> dict[UUID, str]:
-        ids = {_as_uuid(notification.originator_id) for notification in page}
-        rows = self._ledger.read_side.conversations(ids)
-        return {conversation_id: row.owner_id for conversation_id, row in rows.items()}
+    @property
+    def _log(self) -> OwnerLog:
+        return cast(OwnerLog, self._ledger.recorder)
+
+    def _own_notifications(
+        self, owner_id: str, position: int, limit: int
+    ) -> tuple[list[Notification], int, bool]:
+        """At most `limit` of the owner's events after `position`, the position
+        to resume from, and whether nothing of the owner's follows them."""
+        mine: list[Notification] = []
+        mine_bytes = 0
+        while True:
+            wanted = min(limit - len(mine), _FEED_PAGE)
+            # One more than wanted: whether anything follows, without a query.
+            page = self._log.select_owner_notifications(owner_id, position, wanted + 1)
+            for notification in page[:wanted]:
+                # A batch always takes one change, however large, so a device
+                # can never get stuck behind a big turn.
+                mine_bytes += len(notification.state)
+                if mine and mine_bytes > _MAX_STORED_BYTES_PER_READ:
+                    return mine, position, False
+                mine.append(notification)
+                position = notification.id
+            if len(page) <= wanted:
+                return mine, position, True
+            if len(mine) == limit:
+                return mine, position, False
 
     def _decode(self, notification: Notification) -> Any:
         """The domain event; typed loosely, as its class depends on the topic."""

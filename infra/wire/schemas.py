@@ -231,6 +231,18 @@ class TurnIn(RequestModel):
         description="the version this device last saw; a stale one gets 409",
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _confirmed_turns_send_their_answer(cls, data: Any) -> Any:
+        # A missing answer is not an empty one: say which it is.
+        if (
+            isinstance(data, dict)
+            and data.get("status", "confirmed") == "confirmed"
+            and "answer" not in data
+        ):
+            raise ValueError("answer is missing: a confirmed turn needs its answer")
+        return data
+
     def turn_parts(self) -> TurnParts | None:
         """The parts as the ledger takes them (InvalidInputError if malformed)."""
         if self.parts is None:
@@ -284,8 +296,12 @@ class DeletionIn(RequestModel):
 
     @model_validator(mode="after")
     def _one_target(self) -> Self:
-        if (self.turn_ids is None) == (not self.whole_history):
+        if self.turn_ids is not None and self.whole_history:
             raise ValueError("give either turn_ids or whole_history=true, not both")
+        if self.turn_ids is None and not self.whole_history:
+            raise ValueError(
+                "say what to delete: turn_ids, or whole_history=true for every turn"
+            )
         return self
 
 

@@ -88,14 +88,14 @@ def test_history_prints_a_past_version_with_later_deletions_kept(
     tomorrow = (datetime.now(UTC) + timedelta(days=1)).isoformat()
     assert main([*history, tomorrow]) == 0
     assert "at version 5" in capsys.readouterr().out
-    assert main([*history, datetime.now().isoformat()]) == 1
+    assert main([*history, datetime.now().isoformat()]) == 2
     assert "needs a zone" in capsys.readouterr().err
-    assert main([*history, "99"]) == 1
+    assert main([*history, "99"]) == 2
     assert "invalid version" in capsys.readouterr().err
     assert (
-        main(["history", str(conversation_id), "--owner", "alice", "--at", "soon"]) == 1
+        main(["history", str(conversation_id), "--owner", "alice", "--at", "soon"]) == 2
     )
-    assert main(["history", str(conversation_id), "--owner", "bob", "--at", "2"]) == 1
+    assert main(["history", str(conversation_id), "--owner", "bob", "--at", "2"]) == 2
     assert "not found" in capsys.readouterr().err
 
 

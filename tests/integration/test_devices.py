@@ -163,7 +163,7 @@ def test_the_device_commands_add_list_and_revoke(tmp_path: Path) -> None:
         with pytest.raises(UnauthenticatedError):
             registry.authenticate(token)
         missing = turnledger("revoke", "dev_nope")
-        assert missing.returncode == 1 and "not found" in missing.stderr
+        assert missing.returncode == 2 and "not found" in missing.stderr
     finally:
         registry.close()
 

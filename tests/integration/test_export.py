@@ -138,5 +138,5 @@ def test_cli_writes_a_private_json_lines_file(
     assert main(["export", "--owner", "alice"]) == 0
     assert capsys.readouterr().out.splitlines()[1:] == lines[1:]
 
-    assert main(["export", "--owner", "bad id with spaces"]) == 1
+    assert main(["export", "--owner", "bad id with spaces"]) == 2
     assert "invalid owner_id" in capsys.readouterr().err

@@ -92,7 +92,7 @@ def test_the_cli_reports_a_lost_key_without_a_traceback(
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("TURNLEDGER_PERSISTENCE", "sqlite")
     monkeypatch.setenv("TURNLEDGER_DATA_DIR", str(settings.data_dir))
-    assert main(["purge"]) == 1
+    assert main(["purge"]) == 2  # could not run (README, "Exit codes")
     captured = capsys.readouterr()
     assert "master.key is missing" in captured.err
     assert "Traceback" not in captured.err

@@ -22,7 +22,9 @@ from tests.integration.forensic import (
 )
 from tests.integration.restore_paths import assert_nothing_deleted_is_readable, cli
 from turnledger.domain.conversation import fold_key_id
+from turnledger.domain.errors import PurgeIncompleteError
 from turnledger.infra.deletion_record import DeletionRecordLostError
+from turnledger.infra.exit_codes import EXIT_CANNOT_RUN
 from turnledger.infra.persistence import master_key, open_conversations
 from turnledger.infra.settings import Settings
 
@@ -160,7 +162,7 @@ def test_a_lost_record_refuses_every_opening_that_writes(
         open_conversations(sqlite_settings)
     for command in (["serve", "--port", "8765"], ["restore-check"], ["purge"]):
         result = cli(sqlite_settings, *command)
-        assert result.returncode == 1, (command, result.stderr)
+        assert result.returncode == EXIT_CANNOT_RUN, (command, result.stderr)
         assert "is missing" in result.stderr and "Traceback" not in result.stderr
         assert len(result.stderr.strip().splitlines()) == 1
     # Reading changes nothing, so it warns loudly and goes on (an auditor on
@@ -209,3 +211,50 @@ def test_the_record_holds_ids_only(sqlite_settings: Settings, tmp_path: Path) ->
     assert set(entry) == {"n", "c", "k", "p", "at"} and entry["k"] == ["t1"]
     assert record.stat().st_mode & 0o077 == 0
     assert not record.is_relative_to(sqlite_settings.data_dir)
+
+
+class _FailingRecord:
+    def remember(
+        self, conversation_id: UUID, key_ids: object, *, position: int
+    ) -> None:
+        raise OSError("the record's disk is full")
+
+
+def test_no_key_is_destroyed_before_the_record_holds_it(
+    sqlite_settings: Settings,
+) -> None:
+    ledger = open_conversations(sqlite_settings)
+    conversation_id = ledger.start_conversation(OWNER)
+    ledger.confirm_turn(OWNER, conversation_id, turn_id="t1", question="q", answer="a")
+    store = ledger.vault.purge_view
+    recording = store.deletion_record  # type: ignore[attr-defined]
+    store.deletion_record = _FailingRecord()  # type: ignore[attr-defined]
+    with pytest.raises(PurgeIncompleteError):
+        ledger.delete_history(OWNER, conversation_id, turn_ids=["t1"])
+    assert set(store.get_many(conversation_id, ["t1"])) == {"t1"}  # type: ignore[attr-defined]
+    store.deletion_record = recording  # type: ignore[attr-defined]
+    assert ledger.purge_deleted_history().keys_destroyed == 1
+    ledger.close()
+    ledger = open_conversations(sqlite_settings)
+    report = ledger.restore_report
+    ledger.close()
+    assert report is not None and report.deletions_behind == 0
+
+
+def test_the_record_lives_beside_a_configured_key_file(tmp_path: Path) -> None:
+    key_file = tmp_path / "secrets" / "master.key"
+    settings = Settings(
+        _env_file=None,
+        persistence="sqlite",
+        data_dir=tmp_path / "d",
+        master_key_file=key_file,
+        deletion_record_dir=None,
+    )
+    assert settings.deletion_record_directory == key_file.parent
+    default = Settings(
+        _env_file=None,
+        persistence="sqlite",
+        data_dir=tmp_path / "d",
+        deletion_record_dir=None,
+    )
+    assert not default.deletion_record_directory.is_relative_to(default.data_dir)

@@ -90,9 +90,9 @@ def test_table_output_reports_trims_and_drops(
 def test_bad_input_exits_with_a_message(
     stored: UUID, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["window", "not-a-uuid", "--owner", "ann", "--question", "q"]) == 1
+    assert main(["window", "not-a-uuid", "--owner", "ann", "--question", "q"]) == 2
     assert "conversation_id" in capsys.readouterr().err
-    assert main(["window", str(stored), "--owner", "bob", "--question", "q"]) == 1
+    assert main(["window", str(stored), "--owner", "bob", "--question", "q"]) == 2
     assert "not found" in capsys.readouterr().err
     code = main(
         [
@@ -106,7 +106,7 @@ def test_bad_input_exits_with_a_message(
             "300",
         ]
     )
-    assert code == 1
+    assert code == 2
     assert "over the 300-byte budget" in capsys.readouterr().err
 
 
@@ -118,3 +118,32 @@ def test_a_window_budget_under_twice_the_fold_threshold_refuses_to_start(
     assert code == 2
     err = capsys.readouterr().err
     assert "invalid settings" in err and "2x the fold threshold (2001)" in err
+
+
+@pytest.mark.parametrize("fmt", ["openai-chat", "anthropic-messages"])
+def test_json_and_body_output_print_the_body_s_exact_bytes(
+    stored: UUID, fmt: str, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    """The bytes the window measured, not a re-serialization of them."""
+    ledger = open_conversations(Settings(_env_file=None))
+    expected = ledger.project_window(
+        "ann",
+        stored,
+        question="Now? ü",
+        system="",
+        model="model",
+        policy=Settings(_env_file=None)
+        .window_policy()
+        .model_copy(update={"wire_format": fmt, "max_bytes": 600}),
+    ).window.body
+    ledger.close()
+    common = ["window", str(stored), "--owner", "ann", "--question", "Now? ü"]
+    common += ["--format", fmt, "--max-bytes", "600", "--output"]
+    assert main([*common, "body"]) == 0
+    assert capsysbinary.readouterr().out == expected
+    assert main([*common, "json"]) == 0
+    out = capsysbinary.readouterr().out
+    assert out.endswith(b'"body": ' + expected + b"\n}\n")
+    document = json.loads(out)
+    assert document["report"]["body_bytes"] == len(expected)
+    assert document["body"] == json.loads(expected)

@@ -106,3 +106,46 @@ def test_after_an_outage_the_database_is_available_only_once_the_pools_serve() -
         assert len(recovering) == 2
 
     asyncio.run(scenario())
+
+
+def test_a_write_unanswered_by_its_deadline_gets_503_and_reads_are_left_alone() -> None:
+    async def scenario() -> None:
+        database = Database()
+        monitor = DatabaseMonitor(database.check, interval=60, timeout=1)
+
+        async def slow_app(scope: Any, receive: Any, send: Any) -> None:
+            await asyncio.sleep(0.3)  # a commit held by the database
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"{}"})
+
+        guard = DatabaseGuard(
+            slow_app,
+            monitor=lambda: monitor,
+            unguarded=frozenset(),
+            retry_after=2,
+            write_deadline=0.05,
+        )
+
+        async def call(method: str, path: str) -> list[dict[str, Any]]:
+            sent: list[dict[str, Any]] = []
+
+            async def receive() -> dict[str, Any]:
+                return {"type": "http.request", "body": b"", "more_body": False}
+
+            async def send(message: dict[str, Any]) -> None:
+                sent.append(message)
+
+            scope = {"type": "http", "path": path, "method": method, "headers": []}
+            await guard(scope, receive, send)
+            return sent
+
+        write = await call("PUT", "/v1/conversations/c/turns/t1")
+        assert write[0]["status"] == 503
+        assert (b"retry-after", b"2") in write[0]["headers"]
+        assert len(write) == 2, "the late 200 is dropped"
+        start = await call("POST", "/v1/conversations")
+        assert start[0]["status"] == 503
+        read = await call("GET", "/v1/conversations/c/turns")
+        assert read[0]["status"] == 200
+
+    asyncio.run(scenario())

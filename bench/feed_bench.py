@@ -1,0 +1,351 @@
+"""The per-user feed on PostgreSQL: catch-up cost, and writes with listeners.
+
+    .venv/bin/python bench/feed_bench.py [--others 1000,50000] [--turns-per-device 150]
+
+Starts `turnledger serve` on a loopback port against a fresh schema of the
+PostgreSQL named by TURNLEDGER_POSTGRES_* (default postgres@127.0.0.1:5432),
+then measures, with the project's own client library (httpx):
+
+1. catch-up: for each N, a user's device holds a cursor behind N turns of
+   other users (written through the ledger, in batches) and 5 changes of its
+   own (a start and 4 turns, over HTTP). Each device's catch-up from its
+   cursor (every page until `has_more` is false) is timed 15 times, the
+   devices in turn, the median reported, and the ratio of the largest N's
+   median to the smallest N's;
+2. writes with listeners: 8 devices of one user writing turns at once through
+   `Client.put_turn` (one conversation each), while 2 other devices of that
+   user long-poll `/v1/sync` (`Client.sync` with a timeout), so every write is
+   delivered twice. Turns/s against raw single-row INSERT+COMMIT/s from 8
+   psycopg connections in the same run (bench/sync_bench.py's baseline),
+   the service's CPU time per turn (from /proc) with and without the
+   listeners, and the time from each write's 200 to its arrival at each
+   long-polling device (median, p99). `--rounds` rounds, each with its
+   baseline; the median ratio is reported.
+
+`--profile FILE` also records the service during the first round of part 2
+with listeners, with py-spy when it is installed (`pip install py-spy`): a
+flame graph if FILE ends in .svg, collapsed stacks otherwise.
+
+Client and server share the machine, so the figures include the client's cost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from sync_bench import (
+    cpu_seconds,
+    drop_schema,
+    percentile,
+    raw_inserts_per_second,
+    start_server,
+    wait_until_idle,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from turnledger.infra.client import Client  # noqa: E402
+from turnledger.infra.devices import open_device_registry  # noqa: E402
+from turnledger.infra.persistence import open_conversations  # noqa: E402
+from turnledger.infra.service_layer.application import Conversations  # noqa: E402
+from turnledger.infra.settings import Settings  # noqa: E402
+
+WRITERS = 8
+LISTENERS = 2
+OWN_CHANGES = 5
+CATCH_UP_RUNS = 15
+OTHER_USERS = 50
+BATCH = 500
+
+
+def catch_up_seconds(client: Client, cursor: str) -> tuple[float, int]:
+    """Time to read every change after `cursor`, and how many there were."""
+    began = time.perf_counter()
+    changes = 0
+    while True:
+        page = client.sync(since=cursor, limit=100)
+        changes += len(page.changes)
+        cursor = page.next_cursor
+        if not page.has_more:
+            return time.perf_counter() - began, changes
+
+
+def others_write(ledger: Conversations, turns: int, tag: str) -> None:
+    """`turns` turns of other users, spread over their conversations."""
+    conversations = [
+        (f"other-{n}", ledger.start_conversation(f"other-{n}"))
+        for n in range(OTHER_USERS)
+    ]
+    written = 0
+    while written < turns:
+        owner, conversation = conversations[(written // BATCH) % OTHER_USERS]
+        count = min(BATCH, turns - written)
+        ledger.confirm_turns(
+            owner,
+            conversation,
+            [
+                (f"{tag}-{written + n}", f"question {n}", f"answer {n}")
+                for n in range(count)
+            ],
+        )
+        written += count
+
+
+def head_cursor(client: Client) -> str:
+    """The client's cursor once it has read everything there is."""
+    cursor = None
+    while True:
+        page = client.sync(since=cursor, limit=1000)
+        cursor = page.next_cursor
+        if not page.has_more:
+            return cursor
+
+
+def measure_catch_up(
+    settings: Settings, readers: dict[int, Client]
+) -> dict[int, float]:
+    """Each reader (one user per count) behind `count` other users' turns
+    and 5 of its own; their catch-ups timed in turns, so that the machine's
+    drift falls on every count alike."""
+    ledger = open_conversations(settings)
+    cursors: dict[int, str] = {}
+    counts = sorted(readers, reverse=True)
+    try:
+        for count, following in zip(counts, [*counts[1:], 0], strict=True):
+            cursors[count] = head_cursor(readers[count])
+            others_write(ledger, count - following, tag=f"n{count}")
+    finally:
+        ledger.close()
+    for client in readers.values():
+        own = client.start_conversation().conversation_id
+        for n in range(OWN_CHANGES - 1):  # the start is a change too
+            client.put_turn(own, f"own-{n}", question="q", answer="a")
+    runs: dict[int, list[float]] = {count: [] for count in counts}
+    for _ in range(CATCH_UP_RUNS):
+        for count in counts:
+            seconds, changes = catch_up_seconds(readers[count], cursors[count])
+            assert changes == OWN_CHANGES, changes
+            runs[count].append(seconds)
+    medians = {}
+    for count in sorted(counts):
+        medians[count] = statistics.median(runs[count])
+        print(
+            f"  catch-up of {OWN_CHANGES} own changes behind {count:>6} others' "
+            f"turns: median {medians[count] * 1000:.1f} ms "
+            f"(min {min(runs[count]) * 1000:.1f}, max {max(runs[count]) * 1000:.1f})",
+            flush=True,
+        )
+    return medians
+
+
+@dataclass
+class WriteRound:
+    turns_per_second: float
+    cpu_per_turn: float
+    raw_per_second: float
+    latencies: list[float]
+
+    @property
+    def ratio(self) -> float:
+        return self.turns_per_second / self.raw_per_second
+
+
+class Listener:
+    """A device long-polling its user's changes, noting when each turn arrives."""
+
+    def __init__(self, base_url: str, token: str) -> None:
+        self.client = Client(base_url, token)
+        self.arrived: dict[str, float] = {}
+        self._cursor = head_cursor(self.client)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+        self.client.close()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            page = self.client.sync(since=self._cursor, timeout=2, limit=1000)
+            now = time.perf_counter()
+            self._cursor = page.next_cursor
+            for change in page.changes:
+                turn_id = getattr(change, "turn_id", None)
+                if turn_id is not None:
+                    self.arrived[turn_id] = now
+
+
+def write_round(
+    process: subprocess.Popen[bytes],
+    base_url: str,
+    writers: list[Client],
+    listener_tokens: list[str],
+    turns_per_device: int,
+    tag: str,
+) -> tuple[float, float, list[float]]:
+    """Turns/s of the writers, service CPU per turn, and write -> listener
+    latencies (none without listener tokens)."""
+    conversations = [w.start_conversation().conversation_id for w in writers]
+    listeners = [Listener(base_url, token) for token in listener_tokens]
+    for listener in listeners:
+        listener.start()
+    time.sleep(0.5)  # every listener waiting
+    acked: dict[str, float] = {}
+
+    def push(index: int) -> None:
+        client, conversation = writers[index], conversations[index]
+        for n in range(turns_per_device):
+            turn_id = f"{tag}-{index}-{n}"
+            client.put_turn(
+                conversation, turn_id, question=f"question {n}", answer=f"answer {n}"
+            )
+            acked[turn_id] = time.perf_counter()
+
+    cpu_before = cpu_seconds(process.pid)
+    began = time.perf_counter()
+    with ThreadPoolExecutor(WRITERS) as pool:
+        list(pool.map(push, range(WRITERS)))
+    elapsed = time.perf_counter() - began
+    cpu = cpu_seconds(process.pid) - cpu_before
+    deadline = time.monotonic() + 30
+    while listeners and time.monotonic() < deadline:
+        if all(len(listener.arrived) >= len(acked) for listener in listeners):
+            break
+        time.sleep(0.05)
+    latencies = []
+    for listener in listeners:
+        missing = acked.keys() - listener.arrived.keys()
+        if missing:
+            raise SystemExit(f"{len(missing)} turns never reached a listener")
+        latencies += [listener.arrived[t] - acked[t] for t in acked]
+        listener.stop()
+    turns = WRITERS * turns_per_device
+    return turns / elapsed, cpu / turns, latencies
+
+
+def start_profile(pid: int, output: str) -> subprocess.Popen[bytes] | None:
+    py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    if not Path(py_spy).exists():
+        print("  (py-spy is not installed: no profile)")
+        return None
+    # An .svg file gets a flame graph; any other, collapsed stacks (text).
+    form = "flamegraph" if output.endswith(".svg") else "raw"
+    return subprocess.Popen(
+        [py_spy, "record", "--pid", str(pid), "--output", output]
+        + ["--format", form, "--rate", "200", "--threads"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--others", default="1000,50000")
+    parser.add_argument("--turns-per-device", type=int, default=150)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--profile", help="write a py-spy flame graph of part 2")
+    arguments = parser.parse_args()
+    counts = [int(n) for n in arguments.others.split(",")]
+
+    schema = f"bench_{uuid.uuid4().hex[:10]}"
+    settings = Settings(
+        persistence="postgres",
+        postgres_schema=schema,
+        master_key=base64.b64encode(os.urandom(32)).decode(),
+        postgres_pool_size=10,
+    )
+    conninfo = settings.postgres_conninfo()
+    registry = open_device_registry(settings)
+    tokens = [
+        registry.add("bench-user", f"device-{n}").token
+        for n in range(WRITERS + LISTENERS)
+    ]
+    reader_tokens = {
+        count: registry.add(f"reader-{count}", "phone").token for count in counts
+    }
+    registry.close()
+    log = Path(f"/tmp/turnledger-{schema}.log")
+    process, base_url = start_server(settings, log, 1)
+    try:
+        print(f"part 1: catch-up ({time.strftime('%H:%M:%S')} UTC)", flush=True)
+        readers = {count: Client(base_url, t) for count, t in reader_tokens.items()}
+        medians = measure_catch_up(settings, readers)
+        for reader in readers.values():
+            reader.close()
+        low, high = min(counts), max(counts)
+        ratio = medians[high] / medians[low]
+        print(f"  ratio {high} / {low}: {ratio:.2f} (target <= 1.5)", flush=True)
+        print(f"part 2: writes with listeners ({time.strftime('%H:%M:%S')} UTC)")
+        writers = [Client(base_url, token) for token in tokens[:WRITERS]]
+        listener_tokens = tokens[WRITERS : WRITERS + LISTENERS]
+        write_round(process, base_url, writers, [], 20, "warm")
+        profile = None
+        rounds: list[WriteRound] = []
+        alone: list[float] = []
+        for number in range(arguments.rounds):
+            wait_until_idle(process.pid)
+            _, cpu_alone, _ = write_round(
+                process, base_url, writers, [], arguments.turns_per_device, f"a{number}"
+            )
+            alone.append(cpu_alone)
+            wait_until_idle(process.pid)
+            if arguments.profile and profile is None:
+                profile = start_profile(process.pid, arguments.profile)
+            rate, cpu, latencies = write_round(
+                process,
+                base_url,
+                writers,
+                listener_tokens,
+                arguments.turns_per_device,
+                f"l{number}",
+            )
+            if profile is not None:
+                profile.send_signal(2)
+                profile.wait(timeout=60)
+            raw = raw_inserts_per_second(conninfo, schema, 2_000, WRITERS)
+            rounds.append(WriteRound(rate, cpu, raw, latencies))
+            print(
+                f"  round {number + 1}: {rate:.0f} turns/s with {LISTENERS} "
+                f"listeners, raw {raw:.0f}/s, ratio {rate / raw:.3f}; CPU/turn "
+                f"{cpu * 1000:.2f} ms (no listeners {cpu_alone * 1000:.2f} ms); "
+                f"write -> device median {percentile(latencies, 0.5) * 1000:.1f} "
+                f"ms, p99 {percentile(latencies, 0.99) * 1000:.1f} ms",
+                flush=True,
+            )
+        for writer in writers:
+            writer.close()
+        every = [latency for r in rounds for latency in r.latencies]
+        print(
+            f"  median ratio {statistics.median(r.ratio for r in rounds):.3f} "
+            "(target >= 0.25); write -> device p99 over all rounds "
+            f"{percentile(every, 0.99) * 1000:.1f} ms (target < 100 ms); "
+            "CPU/turn with listeners "
+            f"{statistics.median(r.cpu_per_turn for r in rounds) * 1000:.2f} ms, "
+            f"without {statistics.median(alone) * 1000:.2f} ms"
+        )
+    finally:
+        process.terminate()
+        process.wait(timeout=60)
+        drop_schema(conninfo, schema)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

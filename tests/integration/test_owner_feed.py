@@ -1,0 +1,349 @@
+"""The per-user feed index on every store: a read returns exactly what a scan
+of the whole log, filtered by owner, returned (the feed before the index), from
+any position a device may hold, including positions issued before the index
+existed."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+from uuid import UUID, uuid4
+
+import psycopg
+import pytest
+from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    rule,
+    run_state_machine_as_test,
+)
+from psycopg import sql
+
+from turnledger.infra.http.app import create_app
+from turnledger.infra.persistence import open_conversations
+from turnledger.infra.service_layer.application import Conversations
+from turnledger.infra.service_layer.feed import Change, ConversationFeed
+from turnledger.infra.settings import Settings
+
+USERS = ("ann", "ben", "cat")
+
+
+def scanned_changes(
+    ledger: Conversations, feed: ConversationFeed, owner: str, position: int
+) -> list[Change]:
+    """The old feed's answer: the whole log after `position`, filtered by the
+    owner read from the head rows, described as the feed describes them."""
+    mine = []
+    while True:
+        page = ledger.recorder.select_notifications(start=position + 1, limit=200)
+        owners = ledger.read_side.conversations(
+            {UUID(str(n.originator_id)) for n in page}
+        )
+        for notification in page:
+            row = owners.get(UUID(str(notification.originator_id)))
+            if row is not None and row.owner_id == owner:
+                mine.append(notification)
+        if len(page) < 200:
+            break
+        position = page[-1].id
+    return list(feed._describe(mine))
+
+
+def fed_changes(
+    feed: ConversationFeed, owner: str, position: int, limit: int
+) -> list[Change]:
+    """Every change of the owner after `position`, read `limit` at a time."""
+    changes: list[Change] = []
+    while True:
+        batch = feed.changes_since(owner, position, limit=limit)
+        assert len(batch.changes) <= limit
+        changes.extend(batch.changes)
+        assert batch.position >= position
+        position = batch.position
+        if batch.caught_up:
+            # Caught up means caught up: the next read from there is empty.
+            assert feed.changes_since(owner, position, limit=limit).changes == ()
+            return changes
+
+
+class FeedMatchesTheLogScan(RuleBasedStateMachine):
+    """Random writes and deletions of several users on one ledger; at every
+    step, each user's feed from every position seen so far (the log's head at
+    each step: what the feed before the index issued as cursors) equals the
+    owner-filtered scan of the log."""
+
+    ledger: Conversations
+
+    conversations = Bundle("conversations")
+
+    @initialize()
+    def setup(self) -> None:
+        # The ledger is shared by the examples: each has users of its own.
+        self.prefix = uuid4().hex[:8]
+        self.feed = ConversationFeed(self.ledger)
+        self.positions = [self.feed.head_position()]
+        self.turns: dict[UUID, list[str]] = {}
+        self.owner: dict[UUID, str] = {}
+        self.counter = 0
+
+    def user(self, name: str) -> str:
+        return f"{self.prefix}-{name}"
+
+    @rule(target=conversations, name=st.sampled_from(USERS))
+    def start(self, name: str) -> UUID:
+        owner = self.user(name)
+        conversation = self.ledger.start_conversation(owner)
+        self.turns[conversation] = []
+        self.owner[conversation] = owner
+        return conversation
+
+    @rule(
+        conversation=conversations,
+        count=st.integers(1, 3),
+        abandoned=st.booleans(),
+    )
+    def write(self, conversation: UUID, count: int, abandoned: bool) -> None:
+        owner = self.owner[conversation]
+        ids = [self._next_turn_id() for _ in range(count)]
+        if abandoned and count == 1:
+            self.ledger.record_abandoned_turn(
+                owner,
+                conversation,
+                turn_id=ids[0],
+                question=f"q {ids[0]}",
+                outcome="failed",
+            )
+        else:
+            self.ledger.confirm_turns(
+                owner, conversation, [(i, f"q {i}", f"a {i}") for i in ids]
+            )
+        self.turns[conversation].extend(ids)
+
+    @rule(conversation=conversations, data=st.data())
+    def delete(self, conversation: UUID, data: st.DataObject) -> None:
+        owner = self.owner[conversation]
+        live = self.turns[conversation]
+        if not live or data.draw(st.booleans()):
+            self.ledger.delete_history(owner, conversation)
+            self.turns[conversation] = []
+            return
+        chosen = data.draw(st.lists(st.sampled_from(live), min_size=1, unique=True))
+        self.ledger.delete_history(owner, conversation, turn_ids=chosen)
+        self.turns[conversation] = [t for t in live if t not in chosen]
+
+    @rule(name=st.sampled_from(USERS), limit=st.integers(1, 7), data=st.data())
+    def read_from_a_stale_position(
+        self, name: str, limit: int, data: st.DataObject
+    ) -> None:
+        position = data.draw(st.sampled_from(self.positions))
+        owner = self.user(name)
+        expected = scanned_changes(self.ledger, self.feed, owner, position)
+        assert fed_changes(self.feed, owner, position, limit) == expected
+
+    @invariant()
+    def every_user_from_the_start_and_from_the_last_head(self) -> None:
+        head = self.feed.head_position()
+        if head != self.positions[-1]:
+            self.positions.append(head)
+        for name in USERS:
+            owner = self.user(name)
+            for position in (0, self.positions[-2] if len(self.positions) > 1 else 0):
+                expected = scanned_changes(self.ledger, self.feed, owner, position)
+                assert fed_changes(self.feed, owner, position, 100) == expected
+
+    def _next_turn_id(self) -> str:
+        self.counter += 1
+        return f"t{self.counter}"
+
+
+def test_the_feed_returns_what_the_log_scan_returned(ledger: Conversations) -> None:
+    machine = type("FeedMatchesTheLogScanOnThisStore", (FeedMatchesTheLogScan,), {})
+    machine.ledger = ledger
+    run_state_machine_as_test(
+        machine,
+        settings=settings(
+            max_examples=15,
+            stateful_step_count=15,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow],
+        ),
+    )
+
+
+def test_a_read_costs_the_owners_rows_not_the_logs(ledger: Conversations) -> None:
+    """The index is read, not the log: a read of one change behind thousands
+    of other users' events fetches one event (counted at the recorder's seams,
+    where the old feed paged the whole log)."""
+    feed = ConversationFeed(ledger)
+    mine = ledger.start_conversation("ann")
+    position = feed.head_position()
+    others = ledger.start_conversation("ben")
+    ledger.confirm_turns(
+        "ben", others, [(f"b{n}", f"q{n}", f"a{n}") for n in range(1_500)]
+    )
+    ledger.confirm_turn("ann", mine, turn_id="a1", question="q", answer="a")
+    recorder: Any = ledger.recorder
+    fetched: list[int] = []
+    scanned: list[int] = []
+    original_owner_select = recorder.select_owner_notifications
+    original_select = recorder.select_notifications
+
+    def counting_owner_select(*args: Any, **kwargs: Any) -> Sequence[Any]:
+        rows = original_owner_select(*args, **kwargs)
+        fetched.append(len(rows))
+        return rows
+
+    def counting_select(*args: Any, **kwargs: Any) -> Sequence[Any]:
+        rows = original_select(*args, **kwargs)
+        scanned.append(len(rows))
+        return rows
+
+    recorder.select_owner_notifications = counting_owner_select
+    recorder.select_notifications = counting_select
+    try:
+        batch = feed.changes_since("ann", position, limit=100)
+    finally:
+        del recorder.select_owner_notifications
+        del recorder.select_notifications
+    assert [c.version for c in batch.changes] == [2]
+    assert batch.caught_up
+    assert sum(fetched) == 1
+    # (The memory store fetches each indexed event from its log by position.)
+    assert sum(scanned) <= sum(fetched)
+
+
+def _drop_index(settings: Settings) -> None:
+    """Make the store look as the release before the index left it."""
+    if settings.persistence == "sqlite":
+        with sqlite3.connect(settings.sqlite_events_path) as connection:
+            connection.execute("DROP TABLE owner_feed")
+        return
+    schema = settings.postgres_schema
+    with psycopg.connect(settings.postgres_conninfo(), autocommit=True) as connection:
+        connection.execute(
+            sql.SQL("DROP TRIGGER turnledger_owner_feed ON {}").format(
+                sql.Identifier(schema, "conversations_events")
+            )
+        )
+        connection.execute(
+            sql.SQL("DROP TABLE {}").format(sql.Identifier(schema, "owner_feed"))
+        )
+
+
+def _write_some(ledger: Conversations, tag: str) -> None:
+    for owner in ("ann", "ben"):
+        conversation = ledger.start_conversation(owner)
+        ledger.confirm_turns(
+            owner,
+            conversation,
+            [(f"{tag}{n}", f"{owner} {tag}{n}?", f"{tag}{n}.") for n in range(4)],
+        )
+        ledger.delete_history(owner, conversation, turn_ids=[f"{tag}1"])
+
+
+@pytest.mark.parametrize("store", ["sqlite", "postgres"])
+def test_a_store_from_before_the_index_gets_it_built_and_old_cursors_work(
+    store: str, request: pytest.FixtureRequest, tmp_path: Any
+) -> None:
+    if store == "postgres":
+        settings_: Settings = request.getfixturevalue("postgres_settings")
+    else:
+        settings_ = Settings(
+            _env_file=None, persistence="sqlite", data_dir=tmp_path / "data"
+        )
+    ledger = open_conversations(settings_)
+    _write_some(ledger, "x")
+    # Positions the release before issued: the head of the log after a read.
+    positions = [0, ledger.recorder.max_notification_id() or 0]
+    ledger.close()
+    _drop_index(settings_)
+    if store == "postgres":
+        # Writes of a process of the release before (no index, no trigger).
+        ledger = open_conversations(settings_)
+        _drop_index(settings_)
+        _write_some(ledger, "y")
+        positions.append(ledger.recorder.max_notification_id() or 0)
+        ledger.close()
+    ledger = open_conversations(settings_)
+    try:
+        _write_some(ledger, "z")
+        feed = ConversationFeed(ledger)
+        for owner in ("ann", "ben"):
+            for position in positions:
+                expected = scanned_changes(ledger, feed, owner, position)
+                assert expected
+                assert fed_changes(feed, owner, position, 3) == expected
+    finally:
+        ledger.close()
+
+
+def test_an_event_inserted_by_any_statement_is_indexed_on_postgres(
+    postgres_settings: Settings,
+) -> None:
+    """The trigger indexes what the library's own insert, or another
+    release's write function, inserts: here a plain INSERT of an event."""
+    ledger = open_conversations(postgres_settings)
+    try:
+        conversation = ledger.start_conversation("ann")
+        ledger.confirm_turn("ann", conversation, turn_id="t1", question="q", answer="a")
+        table = sql.Identifier(
+            postgres_settings.postgres_schema, "conversations_events"
+        )
+        feed_table = sql.Identifier(postgres_settings.postgres_schema, "owner_feed")
+        with psycopg.connect(postgres_settings.postgres_conninfo()) as connection:
+            (inserted,) = connection.execute(
+                sql.SQL(
+                    "INSERT INTO {} (originator_id, originator_version, topic, state) "
+                    "SELECT originator_id, 99, topic, state FROM {} "
+                    "WHERE originator_id = %s AND originator_version = 2 "
+                    "RETURNING notification_id"
+                ).format(table, table),
+                (conversation,),
+            ).fetchone()
+            indexed = connection.execute(
+                sql.SQL("SELECT owner_id FROM {} WHERE notification_id = %s").format(
+                    feed_table
+                ),
+                (inserted,),
+            ).fetchall()
+            connection.rollback()
+        assert indexed == [("ann",)]
+    finally:
+        ledger.close()
+
+
+def test_a_cursor_the_release_before_issued_resumes_over_http(
+    settings: Settings,
+) -> None:
+    """The release before put the log's head in a cursor after each read;
+    such a cursor, sealed the same way, gives exactly the changes after it."""
+    app = create_app(settings)
+    with TestClient(app) as http:
+        service = app.state.service
+        token = service.registry.add("ann", "phone").token
+        auth = {"Authorization": f"Bearer {token}"}
+        ledger = service.ledger
+        mine = ledger.start_conversation("ann")
+        ledger.confirm_turn("ann", mine, turn_id="a1", question="q", answer="a")
+        others = ledger.start_conversation("ben")
+        ledger.confirm_turn("ben", others, turn_id="b1", question="q", answer="a")
+        old_cursor = service.cursors.encode("ann", service.feed.head_position())
+        ledger.confirm_turn("ben", others, turn_id="b2", question="q", answer="a")
+        ledger.confirm_turn("ann", mine, turn_id="a2", question="q2", answer="a2")
+        answer = http.get("/v1/sync", params={"since": old_cursor}, headers=auth)
+        assert answer.status_code == 200
+        body = answer.json()
+        assert [(c["kind"], c.get("turn_id")) for c in body["changes"]] == [
+            ("turn_recorded", "a2")
+        ]
+        assert body["has_more"] is False
+        again = http.get(
+            "/v1/sync", params={"since": body["next_cursor"]}, headers=auth
+        )
+        assert again.json()["changes"] == []

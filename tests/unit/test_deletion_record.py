@@ -1,0 +1,93 @@
+"""The deletion record: what is appended is what is read back, any change to a
+complete line is caught, and a line torn by a crash is dropped, not trusted."""
+
+from __future__ import annotations
+
+import tempfile
+import uuid
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from turnledger.infra.deletion_record import DeletionRecord, DeletionRecordLostError
+
+CONVERSATIONS = [uuid.UUID(int=n) for n in range(1, 4)]
+deletions = st.lists(
+    st.tuples(
+        st.sampled_from(CONVERSATIONS),
+        st.lists(st.from_regex(r"[a-z0-9/]{1,8}", fullmatch=True), max_size=4),
+    ),
+    min_size=1,
+    max_size=8,
+)
+
+
+def _fresh() -> DeletionRecord:
+    record = DeletionRecord(Path(tempfile.mkdtemp()) / "record.log")
+    record.create()
+    return record
+
+
+@settings(max_examples=40, deadline=None)
+@given(deletions)
+def test_every_key_appended_is_read_back_once(
+    appended: list[tuple[uuid.UUID, list[str]]],
+) -> None:
+    record = _fresh()
+    for position, (conversation_id, keys) in enumerate(appended):
+        record.remember(conversation_id, keys, position=position)
+    expected = {(c.hex, key) for c, keys in appended for key in keys}
+    state = DeletionRecord(record.path).load()  # a second reader, from the file
+    assert set(state.ids) == expected
+    assert state.entries_naming(expected) == state.entries
+
+
+@settings(max_examples=40, deadline=None)
+@given(deletions, st.data())
+def test_any_changed_byte_of_a_complete_entry_is_caught(
+    appended: list[tuple[uuid.UUID, list[str]]], data: st.DataObject
+) -> None:
+    record = _fresh()
+    for conversation_id, keys in appended:
+        record.remember(conversation_id, [*keys, "k"], position=1)
+    content = bytearray(record.path.read_bytes())
+    header_end = content.index(b"\n") + 1
+    index = data.draw(st.integers(header_end, len(content) - 2))  # not a newline
+    if content[index] == ord("\n"):
+        return
+    content[index] ^= 0x01
+    record.path.write_bytes(bytes(content))
+    with pytest.raises(DeletionRecordLostError):
+        DeletionRecord(record.path).load()
+
+
+def test_a_torn_last_line_is_dropped_and_replaced() -> None:
+    record = _fresh()
+    conversation_id = uuid.uuid4()
+    record.remember(conversation_id, ["t1"], position=1)
+    with open(record.path, "ab") as handle:
+        handle.write(b'0123abcd {"n":2,"c"')  # the crash
+    state = DeletionRecord(record.path).load()
+    assert set(state.ids) == {(conversation_id.hex, "t1")}
+    record.remember(conversation_id, ["t2"], position=2)
+    state = DeletionRecord(record.path).load()
+    assert set(state.ids) == {(conversation_id.hex, "t1"), (conversation_id.hex, "t2")}
+
+
+def test_two_writers_keep_one_chain(tmp_path: Path) -> None:
+    path = tmp_path / "record.log"
+    first, second = DeletionRecord(path), DeletionRecord(path)
+    first.create()
+    first.remember(uuid.uuid4(), ["a"], position=1)
+    second.remember(uuid.uuid4(), ["b"], position=2)  # has not read "a" yet
+    first.remember(uuid.uuid4(), ["c"], position=3)
+    assert DeletionRecord(path).load().entries == 3
+
+
+def test_a_record_is_never_replaced(tmp_path: Path) -> None:
+    record = DeletionRecord(tmp_path / "record.log")
+    record.create()
+    with pytest.raises(FileExistsError):
+        record.create()
