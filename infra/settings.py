@@ -38,7 +38,6 @@ SessionAttrs = Literal["any", "read-write", "primary", "standby", "prefer-standb
 """libpq's target_session_attrs."""
 
 
-
 def default_data_dir() -> Path:
     base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
     return Path(base) / "turnledger"
