@@ -359,3 +359,37 @@ def reference_root(leaves: Sequence[bytes]) -> bytes:
         return leaves[0]
     split = _split(len(leaves))
     return node_hash(reference_root(leaves[:split]), reference_root(leaves[split:]))
+
+
+LevelReader = Callable[[int], Sequence[tuple[int, bytes]]]
+"""A stored tree's nodes of one level as (index, hash), in index order; level 0
+gives the leaf hashes."""
+
+
+def tree_fault(size: int, read_level: LevelReader) -> str | None:
+    """Where a stored tree of `size` leaves is not a tree of its own leaves.
+
+    Every complete subtree must be stored exactly once, as the hash of its two
+    children: a node zeroed, changed, removed or added anywhere is named,
+    whether or not a checkpoint or proof would read it. With the root of a
+    signed prefix checked too, every stored node of that prefix is then the
+    signed one. None: consistent.
+    """
+    below: list[bytes] = []
+    for level in range(size.bit_length()):
+        expected = size >> level
+        found = read_level(level)
+        what = "leaf" if level == 0 else f"node at level {level}"
+        for index, (at, stored) in enumerate(found):
+            if at != index or index >= expected:
+                return f"{what} index {at} is not where a tree of {size} has one"
+            if level and stored != node_hash(below[2 * index], below[2 * index + 1]):
+                first, last = index << level, ((index + 1) << level) - 1
+                return (
+                    f"the {what} index {index} (over leaves {first}..{last}) is not "
+                    "the hash of its children"
+                )
+        if len(found) != expected:
+            return f"{expected - len(found)} {what}s of a tree of {size} are missing"
+        below = [stored for _, stored in found]
+    return None

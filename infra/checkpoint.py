@@ -4,8 +4,9 @@ A checkpoint is the tree size, the root hash and the time, signed with
 Ed25519 by a key the database never holds (TURNLEDGER_AUDIT_SIGNING_KEY or
 _FILE), written as JSON to a directory of the operator's choosing. Beside the
 checkpoints the directory keeps `leaves.bin`, every leaf hash in log order
-(32 bytes each): with it an audit names the first event that differs even
-when the tree cache in the database was altered as well. docs/transparency.md
+(32 bytes each), and `leaf-inputs.bin`, every leaf input: with them an audit
+names every event that differs even when the tree cache in the database was
+altered as well. docs/transparency.md
 documents the formats and what a verifier needs.
 """
 
@@ -33,12 +34,13 @@ from turnledger.domain.merkle import (
     leaf_hash,
     root,
 )
-from turnledger.domain.transparency import RawLog
 from turnledger.infra.merkle_store import (
+    CountedLog,
     Followed,
     LeafStore,
+    LogInconsistentError,
     PostgresLeafStore,
-    follow,
+    follow_checked,
     open_leaf_store,
 )
 from turnledger.infra.raw_log import PostgresRawLog, open_raw_log
@@ -50,6 +52,13 @@ _log = logging.getLogger("turnledger.checkpoint")
 
 CHECKPOINT_FORMAT = "turnledger-checkpoint/v1"
 LEAVES_FILE = "leaves.bin"
+LEAF_INPUTS_FILE = "leaf-inputs.bin"
+LEAF_INPUT_RECORD = 185
+"""A leaf input's record in leaf-inputs.bin: its length in one byte, then the
+input padded with zeros (the longest leaf input is 184 bytes); length 0: not
+known (a directory older than the file, whose cache no longer held it)."""
+
+__all__ = ["LogInconsistentError"]  # raised here, defined beside the tree cache
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,13 +183,34 @@ def read_leaves_file(directory: Path, count: int | None = None) -> list[bytes]:
     return [data[at : at + 32] for at in range(0, len(data) - len(data) % 32, 32)]
 
 
+def read_leaf_inputs_file(directory: Path, count: int) -> list[bytes]:
+    """The first `count` leaf inputs recorded in the directory (b"": unknown)."""
+    path = directory / LEAF_INPUTS_FILE
+    if not path.exists():
+        return []
+    with path.open("rb") as handle:
+        data = handle.read(count * LEAF_INPUT_RECORD)
+    return [
+        data[at + 1 : at + 1 + data[at]]
+        for at in range(0, len(data) - len(data) % LEAF_INPUT_RECORD, LEAF_INPUT_RECORD)
+    ]
+
+
+def _records(inputs: list[bytes]) -> bytes:
+    return b"".join(
+        bytes((len(data),)) + data.ljust(LEAF_INPUT_RECORD - 1, b"\0")
+        for data in inputs
+    )
+
+
 def _append_leaves_file(directory: Path, store: LeafStore, followed: Followed) -> None:
-    """Bring leaves.bin up to the tree's size: the leaves just followed, or
-    (a new directory, a crash between two writes) from the tree cache."""
-    path = directory / LEAVES_FILE
+    """Bring leaves.bin and leaf-inputs.bin up to the tree's size: the leaves
+    just followed, or (a new directory, a crash between two writes) from the
+    tree cache, whose inputs are only recorded where they hash to the leaf."""
     size = followed.frontier.size
-    have = path.stat().st_size // 32 if path.exists() else 0
-    with path.open("ab") as handle:
+    leaves = directory / LEAVES_FILE
+    have = leaves.stat().st_size // 32 if leaves.exists() else 0
+    with leaves.open("ab") as handle:
         handle.truncate(have * 32)  # a torn record from a crash
         handle.seek(have * 32)
         if have >= followed.first_new:
@@ -192,6 +222,29 @@ def _append_leaves_file(directory: Path, store: LeafStore, followed: Followed) -
             handle.write(b"".join(leaf_hash(data) for data in inputs))
         handle.flush()
         os.fsync(handle.fileno())
+    records = directory / LEAF_INPUTS_FILE
+    have = min(
+        size, records.stat().st_size // LEAF_INPUT_RECORD if records.exists() else 0
+    )
+    with records.open("ab") as handle:
+        handle.truncate(have * LEAF_INPUT_RECORD)
+        handle.seek(have * LEAF_INPUT_RECORD)
+        if have >= followed.first_new:
+            handle.write(_records(followed.new_inputs[have - followed.first_new :]))
+            have = size
+        for start in range(have, size, step):
+            signed = read_leaves_file(directory, start + step)[start:]
+            inputs = store.leaf_inputs(start, min(size, start + step))
+            handle.write(
+                _records(
+                    [
+                        data if leaf_hash(data) == leaf else b""
+                        for data, leaf in zip(inputs, signed, strict=False)
+                    ]
+                )
+            )
+        handle.flush()
+        os.fsync(handle.fileno())
 
 
 def _write_atomically(path: Path, text: str) -> None:
@@ -201,10 +254,6 @@ def _write_atomically(path: Path, text: str) -> None:
         handle.flush()
         os.fsync(handle.fileno())
     temporary.replace(path)
-
-
-class LogInconsistentError(CheckpointError):
-    """Raised when the log no longer extends the newest checkpoint in a directory."""
 
 
 class CheckpointWriter:
@@ -244,7 +293,9 @@ class CheckpointWriter:
     def write(self, *, skip_unchanged: bool = False) -> Checkpoint:
         """Sign the log as it is now; with `skip_unchanged`, return the newest
         checkpoint instead when no event was added since it."""
-        followed = follow(self._log, self._store)
+        # The cache must cover every row and be a tree of its own leaves; with
+        # the previous root checked below, its every node is then the signed one.
+        followed = follow_checked(self._log, self._store)
         size = followed.frontier.size
         previous = self._previous
         if previous is not None and not _extends(previous, size, self._store):
@@ -289,7 +340,7 @@ class CheckpointWriter:
 
 def _log_beside(
     store: LeafStore, settings: Settings, ledger: Conversations | None
-) -> RawLog:
+) -> CountedLog:
     """The raw log, on the tree cache's connection where it has one: a
     one-shot `turnledger checkpoint` then connects once, not twice."""
     if isinstance(store, PostgresLeafStore):
@@ -321,7 +372,8 @@ def _extends(previous: Checkpoint, size: int, store: LeafStore) -> bool:
 def checkpoint_periodically(
     ledger: Conversations | None, settings: Settings, stop: threading.Event
 ) -> None:
-    """Write a checkpoint into TURNLEDGER_AUDIT_CHECKPOINT_DIR every
+    """Write a checkpoint into TURNLEDGER_AUDIT_CHECKPOINT_DIR (by default
+    data_dir/checkpoints once a signing key is set) every
     TURNLEDGER_AUDIT_CHECKPOINT_INTERVAL_SECONDS until `stop` is set; a round
     that finds no new event writes nothing.
 
@@ -329,16 +381,15 @@ def checkpoint_periodically(
     longer extends the last one) is logged as an error on every round and
     never overwritten: the evidence stays as it was.
     """
-    if settings.audit_checkpoint_dir is None:
+    directory = settings.checkpoint_dir_in_effect
+    if directory is None:
         return
     writer: CheckpointWriter | None = None
     try:
         while True:
             try:
                 if writer is None:
-                    writer = CheckpointWriter(
-                        ledger, settings, settings.audit_checkpoint_dir
-                    )
+                    writer = CheckpointWriter(ledger, settings, directory)
                 writer.write(skip_unchanged=True)
             except LogInconsistentError as error:
                 _log.error("checkpoint refused: %s", error)

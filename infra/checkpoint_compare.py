@@ -30,6 +30,7 @@ from turnledger.domain.transparency import (
 from turnledger.infra.checkpoint import (
     LEAVES_FILE,
     Checkpoint,
+    read_leaf_inputs_file,
     read_leaves_file,
 )
 from turnledger.infra.merkle_store import (
@@ -75,8 +76,9 @@ def _reference(
     """The checkpoint's own leaves, from a copy whose root is the signed root.
 
     leaves.bin (outside the database) first, then the tree cache. A leaf
-    hash binds the row's identity, so any cached leaf input that hashes to an
-    authenticated leaf names that leaf's event, wherever the cache keeps it.
+    hash binds the row's identity, so a leaf input that hashes to an
+    authenticated leaf names that leaf's event: the directory's
+    leaf-inputs.bin first, then the cache's, wherever the cache keeps it.
     """
     size = checkpoint.tree_size
     inputs: list[bytes] = []
@@ -90,11 +92,14 @@ def _reference(
     if directory is not None:
         candidates.append((read_leaves_file(directory, size), LEAVES_FILE))
     candidates.append(([leaf_hash(data) for data in inputs[:size]], "the tree cache"))
+    recorded = [] if directory is None else read_leaf_inputs_file(directory, size)
     for leaves, source in candidates:
         if len(leaves) == size and _root_of(leaves, size) == checkpoint.root_hash:
             facts: dict[int, LeafFacts] = {}
             for position, leaf in enumerate(leaves):
                 data = by_hash.get(leaf)
+                if position < len(recorded) and leaf_hash(recorded[position]) == leaf:
+                    data = recorded[position]
                 fact = None if data is None else read_leaf_input(data)
                 if fact is not None:
                     facts[position] = fact

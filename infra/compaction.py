@@ -47,7 +47,7 @@ import psycopg
 from psycopg import errors, sql
 from psycopg_pool import ConnectionPool
 
-from turnledger.infra import wal
+from turnledger.infra import wal, wal_members
 
 logger = logging.getLogger("turnledger.purge")
 
@@ -311,9 +311,11 @@ class KeyCompaction:
         unverifiable = [
             hold for hold in config if hold.startswith(("wal_recycle", "archive_mode"))
         ]
-        if not remaining and not unverifiable:
+        # Several hosts (a Patroni cluster): every member's own pg_wal.
+        members = wal_members.member_holds(self._conninfo, target)
+        if not remaining and not unverifiable and not members:
             return ()
-        holds = list(config)
+        holds = list(config) + members
         if remaining and checkpointing:
             holds.append(
                 "a CHECKPOINT is removing the segments; it completes in the background"
@@ -365,6 +367,8 @@ class KeyCompaction:
                     return  # held after all: the next run says by what
                 if wal.wal_retention_settings(connection):
                     return
+                if wal_members.member_holds(self._conninfo, target):
+                    return  # a standby keeps them: the next run says which
                 self._finish(connection, application_name, target)
         except psycopg.Error as error:
             logger.warning("WAL checkpoint of the purge failed (%s); retried", error)

@@ -37,7 +37,15 @@ from typing import Any, Protocol
 import psycopg
 from psycopg import sql
 
-from turnledger.domain.merkle import Coordinate, Frontier, Node, ProofError, leaf_hash
+from turnledger.domain.errors import CheckpointError
+from turnledger.domain.merkle import (
+    Coordinate,
+    Frontier,
+    Node,
+    ProofError,
+    leaf_hash,
+    tree_fault,
+)
 from turnledger.domain.transparency import RawLog, leaf_input
 from turnledger.infra.service_layer.application import Conversations
 from turnledger.infra.settings import Settings
@@ -81,16 +89,34 @@ class LeafStore(Protocol):
 
     def position_of(self, notification_id: int) -> int | None: ...
 
+    def level_nodes(self, level: int) -> list[tuple[int, bytes]]:
+        """(index, hash) of every stored node of a level, in index order; level
+        0: the leaf hashes by position."""
+        ...
+
     def close(self) -> None: ...
+
+
+class LogInconsistentError(CheckpointError):
+    """Raised when the log no longer extends the newest checkpoint in a directory,
+    or the tree cache contradicts the log or itself (so nothing is signed)."""
+
+
+class CountedLog(RawLog, Protocol):
+    def count_through(self, notification_id: int | None) -> int:
+        """How many rows have a notification id at or below this one (None: 0)."""
+        ...
 
 
 @dataclass(slots=True)
 class Followed:
-    """Where a follow left the tree, and the leaf hashes it appended."""
+    """Where a follow left the tree, and the leaf hashes (and inputs) it appended."""
 
     frontier: Frontier
     first_new: int
     new_leaves: list[bytes]
+    new_inputs: list[bytes]
+    last_id: int | None = None
 
 
 def follow(log: RawLog, store: LeafStore, *, page_size: int = FOLLOW_PAGE) -> Followed:
@@ -102,7 +128,7 @@ def follow(log: RawLog, store: LeafStore, *, page_size: int = FOLLOW_PAGE) -> Fo
             if followed is None or followed.frontier.size != size:
                 # First page, or another follower moved the tree meanwhile.
                 frontier = Frontier.load(size, writer.read_nodes)
-                followed = Followed(frontier, size, [])
+                followed = Followed(frontier, size, [], [], last_id)
             page = log.rows(last_id, page_size)
             if not page:
                 return followed
@@ -114,11 +140,44 @@ def follow(log: RawLog, store: LeafStore, *, page_size: int = FOLLOW_PAGE) -> Fo
                 leaf = leaf_hash(data)
                 leaves.append((frontier.size, row.notification_id, data, leaf))
                 followed.new_leaves.append(leaf)
+                followed.new_inputs.append(data)
                 # Leaf hashes are kept with their leaves: nodes from level 1.
                 nodes.extend(frontier.append(leaf)[1:])
             writer.append(nodes, leaves, frontier.size, page[-1].notification_id)
+            followed.last_id = page[-1].notification_id
         if len(page) < page_size:
             return followed
+
+
+def follow_checked(log: CountedLog, store: LeafStore) -> Followed:
+    """`follow`, then check the tree against the log itself and against itself.
+
+    The tree cache lives where the DBA can write: its tracking row could skip
+    rows (which no checkpoint would then cover, and whose deletion no audit
+    would see), a node could be altered that only a later proof reads. So the
+    rows at or below the last one followed must be exactly the tree's leaves
+    in number, and every stored node must be the hash of its children.
+    Costs one count of the rows and one hash per leaf (docs/benchmarks.md).
+    """
+    followed = follow(log, store)
+    size = followed.frontier.size
+    stored = log.count_through(followed.last_id)
+    if stored != size:
+        raise LogInconsistentError(
+            f"the log holds {stored} rows up to notification id {followed.last_id}, "
+            f"the tree cache covers {size}: the cache (merkle_tracking) was altered "
+            "and would leave rows uncovered; nothing was signed (drop the three "
+            "merkle tables and they are rebuilt from the rows)"
+        )
+    fault = tree_fault(size, store.level_nodes)
+    if fault is not None:
+        raise LogInconsistentError(
+            f"the tree cache was altered: {fault}; nothing was signed (run "
+            "`turnledger audit --checkpoint DIR`; if it passes, only the cache was "
+            "altered: drop the three merkle tables and they are rebuilt from the "
+            "rows)"
+        )
+    return followed
 
 
 def _checked(
@@ -247,6 +306,16 @@ class SQLiteLeafStore:
                 (notification_id,),
             ).fetchone()
         return None if row is None else int(row[0])
+
+    def level_nodes(self, level: int) -> list[tuple[int, bytes]]:
+        with self._lock:
+            rows = self._connection.execute(
+                "SELECT idx, hash FROM merkle_nodes WHERE level = ? ORDER BY idx"
+                if level
+                else "SELECT position, leaf_hash FROM merkle_leaves ORDER BY position",
+                (level,) if level else (),
+            ).fetchall()
+        return [(int(index), bytes(value)) for index, value in rows]
 
     def close(self) -> None:
         self._connection.close()
@@ -409,6 +478,20 @@ class PostgresLeafStore:
             ).fetchone()
         return None if row is None else int(row[0])
 
+    def level_nodes(self, level: int) -> list[tuple[int, bytes]]:
+        statement = (
+            sql.SQL("SELECT idx, hash FROM {} WHERE level = %s ORDER BY idx").format(
+                self.tables["nodes"]
+            )
+            if level
+            else sql.SQL("SELECT position, leaf_hash FROM {} ORDER BY position").format(
+                self.tables["leaves"]
+            )
+        )
+        with self._lock, self._connection.cursor(binary=True) as cursor:
+            rows = cursor.execute(statement, (level,) if level else ()).fetchall()
+        return [(int(index), bytes(value)) for index, value in rows]
+
     @property
     def connection(self) -> psycopg.Connection[Any]:
         """For a reader of the same database to share (one connection fewer)."""
@@ -465,6 +548,11 @@ class MemoryLeafStore:
 
     def position_of(self, notification_id: int) -> int | None:
         return self._positions.get(notification_id)
+
+    def level_nodes(self, level: int) -> list[tuple[int, bytes]]:
+        return sorted(
+            (index, value) for (at, index), value in self._nodes.items() if at == level
+        )
 
     def close(self) -> None:
         pass

@@ -21,7 +21,7 @@ from turnledger.domain.transparency import (
 )
 from turnledger.infra.checkpoint import Checkpoint, LogInconsistentError
 from turnledger.infra.merkle_store import (
-    follow,
+    follow_checked,
     open_leaf_store,
 )
 from turnledger.infra.raw_log import open_raw_log
@@ -65,9 +65,14 @@ def prove_event(
                 f"{version}"
             )
         row = rows[0]
-        follow(log, store)
+        follow_checked(log, store)  # every row, up to the newest, is a leaf
         position = store.position_of(row.notification_id)
-        if position is None or position >= checkpoint.tree_size:
+        if position is None:
+            raise LogInconsistentError(
+                f"the event (notification id {row.notification_id}) sits inside the "
+                "log's range but no checkpoint covers it: it was inserted"
+            )
+        if position >= checkpoint.tree_size:
             raise CheckpointError(
                 f"the event (notification id {row.notification_id}) is newer than "
                 f"the checkpoint's {checkpoint.tree_size} events: take a new one"
@@ -121,7 +126,7 @@ def prove_consistency(
     log = open_raw_log(settings, ledger)
     store = open_leaf_store(settings, ledger)
     try:
-        size = follow(log, store).frontier.size
+        size = follow_checked(log, store).frontier.size
         if new.tree_size > size:
             raise CheckpointError(
                 f"the new checkpoint has {new.tree_size} events, the log {size}"

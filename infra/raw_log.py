@@ -22,7 +22,7 @@ import psycopg
 from eventsourcing.persistence import Recorder
 from psycopg import sql
 
-from turnledger.domain.transparency import InvalidText, RawLog, RawRow, pages
+from turnledger.domain.transparency import InvalidText, RawRow, pages
 from turnledger.infra.service_layer.application import Conversations
 from turnledger.infra.settings import Settings
 
@@ -90,6 +90,15 @@ class SQLiteRawLog:
             _SQLITE_COLUMNS + "WHERE originator_id = ? ORDER BY rowid",
             (conversation_id.hex,),
         )
+
+    def count_through(self, notification_id: int | None) -> int:
+        if notification_id is None:
+            return 0
+        row = self._connection.execute(
+            "SELECT count(*) FROM stored_events WHERE rowid <= ?", (notification_id,)
+        ).fetchone()
+        self._connection.commit()
+        return int(row[0])
 
     def snapshot_originators(self) -> set[UUID]:
         """The conversations the first release's snapshot table has rows of."""
@@ -223,12 +232,25 @@ class PostgresRawLog:
             (conversation_id,),
         )
 
+    def count_through(self, notification_id: int | None) -> int:
+        if notification_id is None:
+            return 0
+        row = self._connection.execute(
+            sql.SQL("SELECT count(*) FROM {} WHERE notification_id <= %s").format(
+                self._table
+            ),
+            (notification_id,),
+        ).fetchone()
+        return 0 if row is None else int(row[0])
+
     def close(self) -> None:
         if self._owned:
             self._connection.close()
 
 
-def open_raw_log(settings: Settings, ledger: Conversations | None = None) -> RawLog:
+def open_raw_log(
+    settings: Settings, ledger: Conversations | None = None
+) -> SQLiteRawLog | PostgresRawLog | RecorderLog:
     """A raw reader of the store these settings name (memory needs its ledger)."""
     match settings.persistence:
         case "sqlite":
@@ -267,6 +289,16 @@ class RecorderLog:
             for row in page
             if row.originator_id == conversation_id
         ]
+
+    def count_through(self, notification_id: int | None) -> int:
+        if notification_id is None:
+            return 0
+        return sum(
+            1
+            for page in pages(self, 1000)
+            for row in page
+            if row.notification_id <= notification_id
+        )
 
     def close(self) -> None:
         pass

@@ -135,7 +135,7 @@ def create_app(
             ledger, settings, database_available=lambda: monitor.available
         )
         purge_retry.start()  # completes compactions left pending
-        # Signed transparency-log checkpoints, when a directory is configured.
+        # Signed transparency-log checkpoints, by default once a key is set.
         checkpoints_stop = threading.Event()
         checkpoints = threading.Thread(
             target=checkpoint_periodically,
@@ -143,7 +143,7 @@ def create_app(
             name="turnledger-checkpoints",
             daemon=True,
         )
-        if settings.audit_checkpoint_dir is not None:
+        if settings.checkpoint_dir_in_effect is not None:
             checkpoints.start()
         try:
             yield

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
+from eventsourcing.domain import Snapshot
 from eventsourcing.persistence import StoredEvent
 from eventsourcing.utils import get_topic
 
@@ -211,8 +212,10 @@ class _Collected:
         self.positions = []
 
 
-def _state(aggregate: Any) -> dict[str, Any]:
-    return {k: v for k, v in vars(aggregate).items() if k != "_pending_events"}
+def _state(aggregate: Any) -> tuple[Any, int, dict[str, Any]]:
+    """What an aggregate is: its id, version and the state the library's own
+    snapshot would record."""
+    return aggregate.id, aggregate.version, Snapshot.take(aggregate).state
 
 
 def _shown(value: Any) -> str:
@@ -867,7 +870,7 @@ class Auditor:
                 replayed = event.mutate(replayed)
             except Exception:  # noqa: BLE001 - the chain pass reports the cause
                 return
-            snapshot = by_version.get(replayed.version)
+            snapshot = by_version.pop(replayed.version, None)
             if snapshot is None:
                 continue
             try:
@@ -884,6 +887,18 @@ class Auditor:
                         "ledger would serve altered state until it is removed",
                     )
                 )
+        head = 0 if replayed is None else replayed.version
+        for version in sorted(by_version):  # no event replays to these
+            audit.findings.append(
+                Finding(
+                    SNAPSHOT_MISMATCH,
+                    conversation_id,
+                    version,
+                    f"a snapshot at version {version}, which no event of the "
+                    f"conversation (head {head}) replays to: written or moved "
+                    "by hand",
+                )
+            )
 
     def _policy_of(
         self, receipt: WindowReceipt

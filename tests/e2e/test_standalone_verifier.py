@@ -140,10 +140,10 @@ def test_checkpoints_and_proofs_verify_with_nothing_but_the_public_key(
     env.pop("TURNLEDGER_AUDIT_SIGNING_KEY_FILE", None)
     env.pop("TURNLEDGER_AUDIT_PUBLIC_KEY", None)
     out = tmp_path / "checkpoints"
-    turnledger(env, "demo")
+    turnledger(env, "demo", "--configured-store")
     turnledger(env, "checkpoint", "--out", str(out))
-    turnledger(env, "demo")
-    turnledger(env, "demo")
+    turnledger(env, "demo", "--configured-store")
+    turnledger(env, "demo", "--configured-store")
     turnledger(env, "checkpoint", "--out", str(out))
     old_path, new_path = sorted(out.glob("checkpoint-*.json"))
     old, new = json.loads(old_path.read_text()), json.loads(new_path.read_text())

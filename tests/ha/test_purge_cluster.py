@@ -5,8 +5,8 @@ configuration. A conversation's turns are deleted, the primary's postmaster
 is killed, the old primary is rewound and rejoins; the purge runs again on the
 new primary. Then all three members' data directories, pg_wal included, are
 read as an attacker with the master key would: wherever a destroyed turn can
-still be opened, the purge must not say "complete", and it says what holds it.
-(It does not yet say which member: docs/ha.md, "Boundaries".)
+still be opened, the purge must not say "complete", and it names the member
+and what it keeps.
 """
 
 from __future__ import annotations
@@ -95,7 +95,13 @@ def test_no_member_keeps_a_destroyed_turn_the_purge_calls_complete(
     )
     if holding:
         assert report.compaction_pending, (holding, report)
-        assert report.pending_reasons, report
+    # Every member that can still open a destroyed turn is named, with why.
+    for member in holding:
+        name = f"member {healthy.host(member)}:{healthy.port} "
+        assert any(name in reason for reason in report.pending_reasons), (
+            member,
+            report.pending_reasons,
+        )
 
 
 def purge_again(ledger: object) -> PurgeReport:

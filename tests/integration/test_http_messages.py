@@ -66,3 +66,11 @@ def test_an_empty_deletion_asks_what_to_delete(api: Api) -> None:
     )
     assert both.status_code == 422 and "not both" in both.text
     assert api.head() == before
+
+
+def test_a_long_poll_over_300_seconds_is_refused(api: Api) -> None:
+    """docs/sync.md: the schema's ceiling, whatever the setting says."""
+    over = api.http.get("/v1/sync", headers=api.auth, params={"timeout": 301})
+    assert over.status_code == 422 and "timeout" in over.text
+    at_once = api.http.get("/v1/sync", headers=api.auth, params={"timeout": 0})
+    assert at_once.status_code == 200

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from turnledger.infra.persistence import eventsourcing_env
 from turnledger.infra.settings import Settings
 from turnledger.infra.vault import new_master_key
+from turnledger.infra.wal_members import members
 
 HOSTS = "10.0.0.1,10.0.0.2,10.0.0.3"
 
@@ -58,3 +59,13 @@ def test_one_host_keeps_libpq_default_and_the_replica_its_own() -> None:
 def test_a_bad_session_attribute_is_a_clear_error() -> None:
     with pytest.raises(ValidationError, match="target_session_attrs"):
         settings(postgres_target_session_attrs="read_write")
+
+
+def test_the_purge_asks_every_host_of_a_list_and_none_of_one_host() -> None:
+    assert members("host=db port=5432") == []
+    assert members(f"host={HOSTS} port=5433 target_session_attrs=read-write") == [
+        ("10.0.0.1", "5433"),
+        ("10.0.0.2", "5433"),
+        ("10.0.0.3", "5433"),
+    ]
+    assert members("host=a,b port=1,2") == [("a", "1"), ("b", "2")]
