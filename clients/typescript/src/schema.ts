@@ -702,7 +702,7 @@ export type components = {
              * Parts
              * @description attachments and steps in order; null if deleted
              */
-            parts?: (components["schemas"]["AttachmentPart"] | components["schemas"]["AssistantTextPart"] | components["schemas"]["ToolCallPart"] | components["schemas"]["ToolResultPart"] | components["schemas"]["RefusalPart"])[] | null;
+            parts?: (components["schemas"]["AttachmentPart"] | components["schemas"]["AssistantTextPart"] | components["schemas"]["ToolCallPart"] | components["schemas"]["ToolResultPart"] | components["schemas"]["RefusalPart"] | components["schemas"]["ReasoningPart"])[] | null;
             /** Position */
             position: number;
             /** Question */
@@ -849,6 +849,29 @@ export type components = {
              */
             status: "ready" | "unavailable";
         };
+        /** ReasoningPart */
+        ReasoningPart: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            kind: "reasoning";
+            /**
+             * Model
+             * @description the model that produced it
+             */
+            model: string;
+            /**
+             * Payload
+             * @description JSON text of the provider's own object, kept and sent back as given: an Anthropic thinking or redacted_thinking block, an OpenAI Responses reasoning item, or {"thoughtSignature": ...} for Gemini
+             */
+            payload: string;
+            /**
+             * Provider
+             * @enum {string}
+             */
+            provider: "anthropic" | "openai" | "gemini";
+        };
         /** RefusalPart */
         RefusalPart: {
             /**
@@ -925,7 +948,7 @@ export type components = {
              * Parts
              * @description attachments, then the assistant's steps in order (text, tool calls, tool results, refusals); a failed or stopped turn may end with calls that have no result
              */
-            parts?: (components["schemas"]["AttachmentPart"] | components["schemas"]["AssistantTextPart"] | components["schemas"]["ToolCallPart"] | components["schemas"]["ToolResultPart"] | components["schemas"]["RefusalPart"])[] | null;
+            parts?: (components["schemas"]["AttachmentPart"] | components["schemas"]["AssistantTextPart"] | components["schemas"]["ToolCallPart"] | components["schemas"]["ToolResultPart"] | components["schemas"]["RefusalPart"] | components["schemas"]["ReasoningPart"])[] | null;
             /** Question */
             question: string;
             /**
@@ -985,7 +1008,7 @@ export type components = {
              * Parts
              * @description attachments and steps in order; null if deleted
              */
-            parts?: (components["schemas"]["AttachmentPart"] | components["schemas"]["AssistantTextPart"] | components["schemas"]["ToolCallPart"] | components["schemas"]["ToolResultPart"] | components["schemas"]["RefusalPart"])[] | null;
+            parts?: (components["schemas"]["AttachmentPart"] | components["schemas"]["AssistantTextPart"] | components["schemas"]["ToolCallPart"] | components["schemas"]["ToolResultPart"] | components["schemas"]["RefusalPart"] | components["schemas"]["ReasoningPart"])[] | null;
             /** Question */
             question: string | null;
             /**
