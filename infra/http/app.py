@@ -16,12 +16,14 @@ from starlette.concurrency import run_in_threadpool
 from turnledger.infra.checkpoint import checkpoint_periodically
 from turnledger.infra.devices import DeviceRegistry, open_device_registry
 from turnledger.infra.http import (
+    audit_routes,
     conversation_routes,
     device_routes,
     export_routes,
     fold_routes,
     purge_routes,
     sync_routes,
+    web_routes,
 )
 from turnledger.infra.http.cursor import CursorCodec
 from turnledger.infra.http.database import (
@@ -181,6 +183,8 @@ def create_app(
     app.include_router(export_routes.router)
     app.include_router(fold_routes.router)
     app.include_router(purge_routes.router)
+    app.include_router(audit_routes.router)
+    app.include_router(web_routes.router)
 
     @app.get("/v1/health", response_model=HealthOut, tags=["service"])
     async def health() -> HealthOut:
