@@ -40,6 +40,7 @@ from turnledger.infra.http.notifier import LogFollower, Poller, PostgresListener
 from turnledger.infra.http.service import Service
 from turnledger.infra.http.turn_route import TurnWritePath
 from turnledger.infra.persistence import master_key, open_conversations, open_replica
+from turnledger.infra.process_hardening import disable_core_dumps
 from turnledger.infra.purge_retry import PurgeRetry
 from turnledger.infra.service_layer.application import Conversations
 from turnledger.infra.settings import Settings
@@ -245,4 +246,5 @@ def create_app(
 
 def app_from_environment() -> FastAPI:
     """The factory `turnledger serve` hands to uvicorn: settings from TURNLEDGER_*."""
+    disable_core_dumps()  # a worker started by exec is dumpable again
     return create_app(Settings())

@@ -29,7 +29,9 @@ def test_the_service_checkpoints_the_log_as_it_grows(
             "audit_checkpoint_interval_seconds": 0.2,
         }
     )
-    out = out or settings.data_dir / "checkpoints"
+    if out is None:  # never the user's own data directory
+        settings = settings.model_copy(update={"data_dir": tmp_path / "data"})
+        out = settings.data_dir / "checkpoints"
     registry = open_device_registry(settings)
     token = registry.add("alice", "laptop").token
     registry.close()
