@@ -83,8 +83,17 @@ class DeletionRecord:
                 "created_at": datetime.now(UTC).isoformat(),
             }
         ).decode()
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        descriptor = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            descriptor = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except OSError as error:
+            if self.path.exists():
+                raise  # never replaced
+            raise DeletionRecordError(
+                f"cannot create the deletion record {self.path} ({error.strerror}):"
+                " set TURNLEDGER_DELETION_RECORD_DIR to a writable directory "
+                "outside the data directory"
+            ) from None
         with os.fdopen(descriptor, "w") as handle:
             handle.write(header + "\n")
             handle.flush()

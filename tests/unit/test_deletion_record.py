@@ -11,7 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from turnledger.infra.deletion_record import DeletionRecord, DeletionRecordLostError
+from turnledger.infra.deletion_record import (
+    DeletionRecord,
+    DeletionRecordError,
+    DeletionRecordLostError,
+)
 
 CONVERSATIONS = [uuid.UUID(int=n) for n in range(1, 4)]
 deletions = st.lists(
@@ -90,4 +94,14 @@ def test_a_record_is_never_replaced(tmp_path: Path) -> None:
     record = DeletionRecord(tmp_path / "record.log")
     record.create()
     with pytest.raises(FileExistsError):
+        record.create()
+
+
+def test_a_record_that_cannot_be_created_says_which_setting_to_change(
+    tmp_path: Path,
+) -> None:
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    record = DeletionRecord(blocker / "record.log")
+    with pytest.raises(DeletionRecordError, match="TURNLEDGER_DELETION_RECORD_DIR"):
         record.create()
