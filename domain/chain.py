@@ -334,4 +334,3 @@ def decode_envelope(state: bytes) -> Envelope:
         json=state[at:],
         class_version=class_version,
     )
-

@@ -207,6 +207,33 @@ class Conversation(Aggregate):
         self.owner_id = owner_id
         self.turn_count = 0
 
+    @classmethod
+    def at_head(
+        cls,
+        *,
+        id: UUID,  # noqa: A002 - the library's name
+        version: int,
+        owner_id: str,
+        turn_count: int,
+        created_on: datetime,
+        modified_on: datetime,
+    ) -> Conversation:
+        """The conversation as it stands at `version`, built from its head.
+
+        The state is constant-size (owner, turn count, the library's id,
+        version and times), so what a head records is the whole aggregate:
+        the ledger builds it from the conversation's read-side row, written
+        in the transaction of every event, instead of replaying the log. As
+        the library's creation event does, the object is made, given its
+        id, version and creation time by `__base_init__`, then its state.
+        """
+        aggregate = cls.__new__(cls)
+        aggregate.__base_init__(id, version, created_on)
+        aggregate.modified_on = modified_on
+        aggregate.owner_id = owner_id
+        aggregate.turn_count = turn_count
+        return aggregate
+
     # Commands -----------------------------------------------------------------
 
     def confirm_turn(

@@ -47,6 +47,8 @@ __all__ = [
     "AssistantStep",
     "AssistantText",
     "Attachment",
+    "REASONING_PROVIDERS",
+    "Reasoning",
     "Refusal",
     "ToolCall",
     "ToolResult",
@@ -314,16 +316,22 @@ class ToolCall:
 
 def _check_arguments(arguments: str) -> None:
     """JSON text of an object that every body can carry (see ToolCall)."""
-    field_name = "tool_call.arguments"
+    _checked_object("tool_call.arguments", arguments)
+
+
+def _checked_object(field_name: str, text: str) -> dict[str, Any]:
+    """The object of JSON text that every body can carry, or InvalidInputError."""
+    too_deep = False
+    parsed: Any = None
     try:
-        parsed = json.loads(arguments)
+        parsed = json.loads(text)
     except RecursionError:
-        parsed = None  # deeper than the parser goes: refused below as too deep
+        too_deep = True  # deeper than the parser goes
     except ValueError:
         raise InvalidInputError(
             field_name, "must be JSON text (it did not parse)"
         ) from None
-    if parsed is None or _depth_over(parsed, MAX_ARGUMENT_DEPTH):
+    if too_deep or _depth_over(parsed, MAX_ARGUMENT_DEPTH):
         raise InvalidInputError(
             field_name, f"nested deeper than {MAX_ARGUMENT_DEPTH} levels"
         )
@@ -345,6 +353,7 @@ def _check_arguments(arguments: str) -> None:
         raise InvalidInputError(
             field_name, "holds a lone surrogate escape (no UTF-8 text for it)"
         ) from None
+    return parsed
 
 
 def _depth_over(value: Any, limit: int) -> bool:
@@ -408,8 +417,72 @@ class Refusal:
         return {"kind": "refusal", "text": self.text}
 
 
-AssistantStep: TypeAlias = AssistantText | ToolCall | ToolResult | Refusal
-_STEP_TYPES = (AssistantText, ToolCall, ToolResult, Refusal)
+REASONING_PROVIDERS = ("anthropic", "openai", "gemini")
+"""Who may have produced a Reasoning part, and what its payload then is:
+
+- anthropic: a `thinking` block (`thinking`, `signature`) or a
+  `redacted_thinking` block (`data`), as the Messages API returned it;
+- openai: a Responses `reasoning` item (`id`, `summary`, `encrypted_content`);
+- gemini: `{"thoughtSignature": ...}`, the signature Gemini returned on the
+  part that follows it (a function call or text).
+"""
+
+_REASONING_TYPES = {
+    "anthropic": ("thinking", "redacted_thinking"),
+    "openai": ("reasoning",),
+}
+_MODEL = re.compile(r"[^\s\x00]{1,256}")
+
+
+@dataclass(frozen=True, slots=True)
+class Reasoning:
+    """A provider's opaque reasoning state, kept to be sent back unchanged.
+
+    `payload` is the JSON text of the object the provider returned (see
+    REASONING_PROVIDERS), kept and sent as given; `model` is the model that
+    produced it. A window sends it only in its provider's format and to that
+    same model (docs/tools.md); it is sealed, sized and deleted with the
+    turn, like every text.
+    """
+
+    provider: str
+    model: str
+    payload: str
+
+    def __post_init__(self) -> None:
+        if self.provider not in REASONING_PROVIDERS:
+            raise InvalidInputError(
+                "reasoning.provider", "one of " + ", ".join(REASONING_PROVIDERS)
+            )
+        _check_str("reasoning.model", self.model, _MODEL, "1-256 characters, no spaces")
+        check_text("reasoning.payload", self.payload)
+        parsed = _checked_object("reasoning.payload", self.payload)
+        kind = parsed.get("type")
+        if self.provider == "gemini":
+            signature = parsed.get("thoughtSignature")
+            if set(parsed) != {"thoughtSignature"} or not isinstance(signature, str):
+                raise InvalidInputError(
+                    "reasoning.payload",
+                    'a Gemini payload is {"thoughtSignature": "..."}',
+                )
+        elif kind not in _REASONING_TYPES[self.provider]:
+            raise InvalidInputError(
+                "reasoning.payload",
+                f"an {self.provider} payload has type "
+                + " or ".join(_REASONING_TYPES[self.provider]),
+            )
+
+    def to_document(self) -> dict[str, Any]:
+        return {
+            "kind": "reasoning",
+            "provider": self.provider,
+            "model": self.model,
+            "payload": self.payload,
+        }
+
+
+AssistantStep: TypeAlias = AssistantText | ToolCall | ToolResult | Refusal | Reasoning
+_STEP_TYPES = (AssistantText, ToolCall, ToolResult, Refusal, Reasoning)
 
 
 @dataclass(frozen=True, slots=True)
@@ -443,7 +516,8 @@ class TurnParts:
             if not isinstance(step, _STEP_TYPES):
                 raise InvalidInputError(
                     f"steps[{index}]",
-                    "expected AssistantText, ToolCall, ToolResult or Refusal, "
+                    "expected AssistantText, ToolCall, ToolResult, Refusal or "
+                    "Reasoning, "
                     f"got {type(step).__name__}",
                 )
         _check_rounds(self.steps, complete=False)
@@ -479,6 +553,8 @@ class TurnParts:
                 names.append(f"result {step.call_id}{failed}")
             elif isinstance(step, Refusal):
                 names.append("refusal")
+            elif isinstance(step, Reasoning):
+                names.append(f"reasoning {step.provider}")
             else:
                 names.append("text")
         return "; ".join(names)
@@ -494,6 +570,8 @@ class TurnParts:
                 texts += [step.name, step.arguments]
             elif isinstance(step, ToolResult):
                 texts.append(step.content)
+            elif isinstance(step, Reasoning):
+                texts += [step.model, step.payload]
             else:
                 texts.append(step.text)
         texts.append(self.answer)
@@ -675,6 +753,9 @@ _set_result_id, _set_content, _set_is_error = _slot_setters(
 )
 (_set_text,) = _slot_setters(AssistantText, "text")
 (_set_refusal,) = _slot_setters(Refusal, "text")
+_set_provider, _set_model, _set_payload = _slot_setters(
+    Reasoning, "provider", "model", "payload"
+)
 
 
 _ATTACHMENT_SLOTS: tuple[str, ...] = Attachment.__slots__
@@ -712,7 +793,16 @@ def _refusal(document: Mapping[str, Any]) -> Refusal:
     return step
 
 
+def _reasoning(document: Mapping[str, Any]) -> Reasoning:
+    step = _new(Reasoning)
+    _set_provider(step, document.get("provider"))
+    _set_model(step, document.get("model"))
+    _set_payload(step, document.get("payload"))
+    return step
+
+
 _STEP_BUILDERS: dict[str, Callable[[Mapping[str, Any]], AssistantStep]] = {
+    "reasoning": _reasoning,
     "assistant_text": _assistant_text,
     "refusal": _refusal,
     "tool_call": _tool_call,
@@ -778,6 +868,8 @@ def _part_of(
             return ToolCall(**values)
         if kind == "tool_result":
             return ToolResult(**values)
+        if kind == "reasoning":
+            return Reasoning(**values)
         return Refusal(**values)
     except TypeError:
         raise InvalidInputError(field_name, "missing required fields") from None
@@ -801,6 +893,7 @@ _DOCUMENT_FIELDS: dict[str, frozenset[str]] = {
     "tool_call": frozenset({"call_id", "name", "arguments"}),
     "tool_result": frozenset({"call_id", "content", "is_error"}),
     "refusal": frozenset({"text"}),
+    "reasoning": frozenset({"provider", "model", "payload"}),
 }
 
 

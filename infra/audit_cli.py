@@ -177,6 +177,13 @@ def _audit(arguments: argparse.Namespace, console: Console) -> AuditReport:
         ledger.close()
 
 
+def _age(seconds: float) -> str:
+    for unit, size in (("d", 86_400), ("h", 3_600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{max(0.0, seconds):.0f} s"
+
+
 def anchors_from_report(path: Path) -> dict[UUID, Anchor]:
     """The heads an earlier `turnledger audit --json` report recorded."""
     try:
@@ -220,9 +227,11 @@ def _print_summary(console: Console, report: AuditReport) -> None:
     table.add_row("deleted turns", str(summary["deleted_turns"]))
     if report.checkpoint is not None:
         table.add_row(
-            "checkpoint",
+            "newest checkpoint",
             f"{report.checkpoint['tree_size']} events, "
-            f"{report.checkpoint['timestamp']}",
+            f"{report.checkpoint['timestamp']}, "
+            f"{_age(report.checkpoint['age_seconds'])} old; "
+            f"{report.checkpoint['events_after']} events since, covered by none",
         )
     table.add_row("integrity failures", _red_if(len(report.failures)))
     console.print(table)

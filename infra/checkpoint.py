@@ -372,7 +372,8 @@ def _extends(previous: Checkpoint, size: int, store: LeafStore) -> bool:
 def checkpoint_periodically(
     ledger: Conversations | None, settings: Settings, stop: threading.Event
 ) -> None:
-    """Write a checkpoint into TURNLEDGER_AUDIT_CHECKPOINT_DIR every
+    """Write a checkpoint into TURNLEDGER_AUDIT_CHECKPOINT_DIR (by default
+    data_dir/checkpoints once a signing key is set) every
     TURNLEDGER_AUDIT_CHECKPOINT_INTERVAL_SECONDS until `stop` is set; a round
     that finds no new event writes nothing.
 
@@ -380,16 +381,15 @@ def checkpoint_periodically(
     longer extends the last one) is logged as an error on every round and
     never overwritten: the evidence stays as it was.
     """
-    if settings.audit_checkpoint_dir is None:
+    directory = settings.checkpoint_dir_in_effect
+    if directory is None:
         return
     writer: CheckpointWriter | None = None
     try:
         while True:
             try:
                 if writer is None:
-                    writer = CheckpointWriter(
-                        ledger, settings, settings.audit_checkpoint_dir
-                    )
+                    writer = CheckpointWriter(ledger, settings, directory)
                 writer.write(skip_unchanged=True)
             except LogInconsistentError as error:
                 _log.error("checkpoint refused: %s", error)

@@ -19,35 +19,36 @@ from eventsourcing.persistence import (
     Notification,
     StoredEvent,
 )
-from eventsourcing.popo import POPOApplicationRecorder, POPOFactory
+from eventsourcing.popo import POPOFactory
 
+from turnledger.infra.library_compat import MemoryRecorderWithRows
 from turnledger.projections.ledger_rows import RowChanges
 from turnledger.projections.read_side import LedgerView
 
 
-class MemoryReadSideRecorder(POPOApplicationRecorder, LedgerView):
+class MemoryReadSideRecorder(MemoryRecorderWithRows, LedgerView):
     def __init__(self) -> None:
-        POPOApplicationRecorder.__init__(self)
+        MemoryRecorderWithRows.__init__(self)
         LedgerView.__init__(self)
         # The per-user feed index (infra/owner_feed.py): each owner's log
         # positions, ascending.
         self._owner_feed: dict[str, list[int]] = {}
 
-    def _insert_events(
-        self, stored_events: Sequence[StoredEvent], **kwargs: Any
-    ) -> Sequence[int] | None:
+    def check_rows(self, **kwargs: Any) -> None:
         changes: RowChanges | None = kwargs.get("read_side")
-        with self._database_lock:
-            if changes is not None:
-                try:
-                    self.check(changes)
-                except ValueError as error:
-                    raise IntegrityError(str(error)) from None
-            ids = super()._insert_events(stored_events, **kwargs)
-            if changes is not None:
-                self.apply(changes)
-            self._index_owners(ids or (), stored_events)
-            return ids
+        if changes is not None:
+            try:
+                self.check(changes)
+            except ValueError as error:
+                raise IntegrityError(str(error)) from None
+
+    def apply_rows(
+        self, ids: Sequence[int], stored_events: Sequence[StoredEvent], **kwargs: Any
+    ) -> None:
+        changes: RowChanges | None = kwargs.get("read_side")
+        if changes is not None:
+            self.apply(changes)
+        self._index_owners(ids, stored_events)
 
     def _index_owners(
         self, ids: Sequence[int], stored_events: Sequence[StoredEvent]
@@ -62,7 +63,7 @@ class MemoryReadSideRecorder(POPOApplicationRecorder, LedgerView):
         self, owner_id: str, after: int, limit: int, topics: Sequence[str] = ()
     ) -> list[Notification]:
         """The owner's events after log position `after`, oldest first."""
-        with self._database_lock:
+        with self.lock:
             positions = self._owner_feed.get(owner_id, [])
             start = bisect.bisect_right(positions, after)
             found: list[Notification] = []
@@ -83,7 +84,7 @@ class MemoryReadSideRecorder(POPOApplicationRecorder, LedgerView):
     def replace_read_side(self, view: LedgerView) -> None:
         """Replace every row with those of `view` (a rebuild from the log)."""
         conversations, turns, folds = view.rows()
-        with self._database_lock:
+        with self.lock:
             LedgerView.__init__(self)
             self.apply(
                 RowChanges(

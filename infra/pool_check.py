@@ -23,9 +23,10 @@ import select
 from typing import Any
 
 import psycopg
-from eventsourcing.postgres import ConnectionPool as LibraryConnectionPool
 from eventsourcing.postgres import PostgresDatastore
 from psycopg_pool import ConnectionPool
+
+from turnledger.infra.library_compat import replace_pool_check
 
 RECONNECT_TIMEOUT_SECONDS = 0.5
 """How long a pool keeps retrying to replace a lost connection before it gives
@@ -65,23 +66,14 @@ def use_quiet_check(
     made. So the datastore's pool, made but not yet opened, is replaced by one
     made with the same settings and these, and libpq's `target_session_attrs`
     (a multi-host connection to a Patroni cluster: docs/ha.md), which the
-    library does not pass either.
+    library does not pass either (`library_compat.replace_pool_check`).
     """
-    built = datastore.pool
-    kwargs = dict(built.kwargs or {})
+    connection = {}
     if target_session_attrs != "any":
-        kwargs["target_session_attrs"] = target_session_attrs
-    datastore.pool = LibraryConnectionPool(
-        get_password_func=built.get_password_func,
-        connection_class=built.connection_class,
-        kwargs=kwargs,
-        min_size=built.min_size,
-        max_size=built.max_size,
-        open=False,
-        configure=datastore.after_connect_func(),
-        timeout=built.timeout,
-        max_waiting=built.max_waiting,
-        max_lifetime=built.max_lifetime,
-        check=check_unless_quiet,
+        connection["target_session_attrs"] = target_session_attrs
+    replace_pool_check(
+        datastore,
+        check_unless_quiet,
+        connection=connection,
         reconnect_timeout=RECONNECT_TIMEOUT_SECONDS,
     )

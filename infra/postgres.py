@@ -18,11 +18,7 @@ from eventsourcing.persistence import (
     StoredEvent,
     Tracking,
 )
-from eventsourcing.postgres import (
-    PostgresApplicationRecorder,
-    PostgresDatastore,
-    PostgresFactory,
-)
+from eventsourcing.postgres import PostgresDatastore, PostgresFactory
 from eventsourcing.utils import Environment, EnvType, retry
 from psycopg import sql
 from psycopg.pq import TransactionStatus
@@ -42,6 +38,7 @@ from turnledger.infra.compaction import (
 )
 from turnledger.infra.key_session import QUIET_KEY_SESSION, configure_key_session
 from turnledger.infra.keystore import KeyStore
+from turnledger.infra.library_compat import PostgresRecorderWithRows
 from turnledger.infra.owner_feed import (
     postgres_owner_feed_ddl,
     postgres_rebuild_owner_feed,
@@ -606,7 +603,7 @@ def woken_owners(payload: str) -> set[str] | None:
 _ROWS_PER_STATEMENT = 10_000
 
 
-class PostgresReadSideRecorder(PostgresApplicationRecorder):
+class PostgresReadSideRecorder(PostgresRecorderWithRows):
     """The library's PostgreSQL recorder, writing the read side and the new
     turns' keys in the events' own transaction."""
 
@@ -631,7 +628,6 @@ class PostgresReadSideRecorder(PostgresApplicationRecorder):
         self._insert_rows_and_events = in_one_statement(
             [statement for statement, _ in inserts]
         ).as_bytes(None)
-        self._begin: bytes | None = None
         self._count_credentials = (
             sql.SQL("SELECT {} AS valid")
             .format(self._credentials_valid("%s"))
@@ -727,28 +723,22 @@ class PostgresReadSideRecorder(PostgresApplicationRecorder):
         function.
         """
         inserts = [statement for statement, _ in self._batch_inserts(_ARGUMENTS)]
-        return sql.SQL(
-            "CREATE OR REPLACE FUNCTION {function}(key_rows json, turn_rows json,"
-            " head_rows json, ids uuid[], versions bigint[], topics text[],"
-            " states bytea[], lock_wait text, wake text, credentials text[])"
-            " RETURNS SETOF bigint LANGUAGE plpgsql AS $body$ BEGIN"
+        return self.write_function_ddl(
+            function=self._write_function,
+            arguments="key_rows json, turn_rows json, head_rows json, ids uuid[],"
+            " versions bigint[], topics text[], states bytea[], lock_wait text,"
+            " wake text, credentials text[]",
             # Nested: PL/pgSQL plans the inner query only when it first runs,
             # so ledgers without a device table never reference one.
-            " IF credentials IS NOT NULL THEN"
-            " IF {credentials_valid} < cardinality(credentials) THEN"
-            " RAISE EXCEPTION USING MESSAGE = {revoked};"
-            " END IF; END IF;"
-            " PERFORM set_config('lock_timeout', lock_wait, true);"
-            " LOCK TABLE {events} IN EXCLUSIVE MODE;"
-            " PERFORM pg_notify({channel}, wake);"
-            " RETURN QUERY {statement};"
-            " END $body$"
-        ).format(
-            function=self._write_function,
-            credentials_valid=self._credentials_valid("credentials"),
-            revoked=sql.Literal(_CREDENTIAL_REVOKED),
-            events=sql.Identifier(self.datastore.schema, self.events_table_name),
-            channel=sql.Literal(self.channel_name),
+            checks=sql.SQL(
+                "IF credentials IS NOT NULL THEN"
+                " IF {credentials_valid} < cardinality(credentials) THEN"
+                " RAISE EXCEPTION USING MESSAGE = {revoked};"
+                " END IF; END IF;"
+            ).format(
+                credentials_valid=self._credentials_valid("credentials"),
+                revoked=sql.Literal(_CREDENTIAL_REVOKED),
+            ),
             statement=in_one_statement(inserts),
         )
 
@@ -864,9 +854,7 @@ class PostgresReadSideRecorder(PostgresApplicationRecorder):
             if not changes_rows:
                 if new_keys:
                     self._quiet_session(conn)
-                parameters.extend(
-                    [f"{self.datastore.lock_timeout}s", wake, list(credentials) or None]
-                )
+                parameters.extend([self.lock_wait, wake, list(credentials) or None])
                 try:
                     curs.execute(self._call_write_function, parameters)
                 except psycopg.errors.RaiseException as error:
@@ -889,16 +877,9 @@ class PostgresReadSideRecorder(PostgresApplicationRecorder):
         return notification_ids
 
     def _begin_and_lock(self, wake: str) -> bytes:
-        if self._begin is None:
-            statements = [b"BEGIN", *self._quiet_key_statements()]
-            statements.extend(as_bytes(s) for s in self.lock_table_statements)
-            self._begin = b"; ".join(statements)
-        notify = sql.SQL("NOTIFY {}, {}").format(
-            sql.Identifier(self.channel_name), sql.Literal(wake)
-        )
-        return self._begin + b"; " + notify.as_bytes(None)
+        return self.begin_lock_and_notify(self._quiet_key_statements(), wake)
 
-    def _insert_events(
+    def write_rows(
         self,
         curs: psycopg.Cursor[DictRow],
         stored_events: Sequence[StoredEvent],
@@ -923,7 +904,6 @@ class PostgresReadSideRecorder(PostgresApplicationRecorder):
             changes,
             key_rows=[(k.conversation_id, k.key_id, k.wrapped) for k in new_keys],
         )
-        super()._insert_events(curs, stored_events, **kwargs)
 
     def _row_sets(
         self, changes: RowChanges, key_rows: Sequence[tuple[Any, ...]]

@@ -8,6 +8,7 @@ from typing import Any
 
 from turnledger.domain.errors import DatabaseUnavailableError, InvalidInputError
 from turnledger.infra.arguments import port_number, positive_int
+from turnledger.infra.process_hardening import disable_core_dumps
 from turnledger.infra.settings import Settings
 
 
@@ -35,6 +36,7 @@ def run(arguments: argparse.Namespace) -> int:
     import uvicorn
 
     settings = Settings()  # checked here, once, before any worker starts
+    disable_core_dumps()  # opened texts never reach a core file (workers too)
     if arguments.workers < 1:
         raise InvalidInputError("--workers", "must be at least 1")
     if settings.persistence == "memory" and arguments.workers > 1:

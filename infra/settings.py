@@ -38,7 +38,6 @@ SessionAttrs = Literal["any", "read-write", "primary", "standby", "prefer-standb
 """libpq's target_session_attrs."""
 
 
-
 def default_data_dir() -> Path:
     base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
     return Path(base) / "turnledger"
@@ -183,7 +182,8 @@ class Settings(BaseSettings):
     audit_signing_key: SecretStr | None = None
     audit_signing_key_file: Path | None = None
     audit_public_key: str | None = None
-    # Where the service writes checkpoints, and how often (unset: it writes none).
+    # Where the service writes checkpoints, and how often (unset with a signing
+    # key: data_dir/checkpoints; without a key it writes none).
     audit_checkpoint_dir: Path | None = None
     audit_checkpoint_interval_seconds: PositiveFloat = 60.0
     # Limits at the edge (docs/sync.md, "Limits"). The request line and the whole
@@ -256,6 +256,17 @@ class Settings(BaseSettings):
                 "live beside the data it protects"
             )
         return self
+
+    @property
+    def checkpoint_dir_in_effect(self) -> Path | None:
+        """Where the service checkpoints: the configured directory, else, once
+        a signing key is set, data_dir/checkpoints (publish it to a witness:
+        docs/transparency.md); None without a key."""
+        if self.audit_checkpoint_dir is not None:
+            return self.audit_checkpoint_dir
+        if self.audit_signing_key is None and self.audit_signing_key_file is None:
+            return None
+        return self.data_dir / "checkpoints"
 
     @property
     def sqlite_events_path(self) -> Path:

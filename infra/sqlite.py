@@ -11,10 +11,11 @@ from typing import Any
 from uuid import UUID
 
 from eventsourcing.persistence import Notification, StoredEvent, Tracking
-from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteCursor, SQLiteFactory
+from eventsourcing.sqlite import SQLiteCursor, SQLiteFactory
 
 from turnledger.domain.errors import TurnDeletedError
 from turnledger.infra.keystore import KeyStore
+from turnledger.infra.library_compat import SQLiteRecorderWithRows
 from turnledger.infra.owner_feed import (
     OWNER_FEED_TABLE,
     SQLITE_INSERT_OWNER_ROW,
@@ -361,7 +362,7 @@ def _originator_key(originator_id: UUID | str) -> str:
     return originator_id.hex if isinstance(originator_id, UUID) else originator_id
 
 
-class SQLiteReadSideRecorder(SQLiteApplicationRecorder):
+class SQLiteReadSideRecorder(SQLiteRecorderWithRows):
     """The library's SQLite recorder, writing the read side with the events."""
 
     def construct_create_table_statements(self) -> list[str]:
@@ -386,10 +387,13 @@ class SQLiteReadSideRecorder(SQLiteApplicationRecorder):
                 c.execute(SQLITE_OWNER_FEED_TABLE)
                 c.execute(sqlite_build_owner_feed(self.events_table_name))
 
-    def _insert_events(
-        self, c: SQLiteCursor, stored_events: Sequence[StoredEvent], **kwargs: Any
-    ) -> Sequence[int] | None:
-        ids = super()._insert_events(c, stored_events, **kwargs)
+    def write_rows(
+        self,
+        c: SQLiteCursor,
+        ids: Sequence[int],
+        stored_events: Sequence[StoredEvent],
+        **kwargs: Any,
+    ) -> None:
         changes: RowChanges | None = kwargs.get("read_side")
         if changes is not None:
             self._write_rows(c, changes)
@@ -402,7 +406,6 @@ class SQLiteReadSideRecorder(SQLiteApplicationRecorder):
                     for notification_id, event in zip(ids, stored_events, strict=True)
                 ],
             )
-        return ids
 
     def _write_rows(self, c: SQLiteCursor, changes: RowChanges) -> None:
         key, time = _hex, _iso

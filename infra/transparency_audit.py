@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -90,7 +91,13 @@ def audit_store(
         finally:
             if store is not None and settings.persistence != "memory":
                 store.close()
-        report.checkpoint = {**checkpoint.summary(), "log_events": len(leaves)}
+        report.checkpoint = {
+            **checkpoint.summary(),
+            "log_events": len(leaves),
+            # What no checkpoint covers yet, and for how long it has not.
+            "events_after": max(0, len(leaves) - checkpoint.tree_size),
+            "age_seconds": checkpoint_age_seconds(checkpoint),
+        }
         return report
     finally:
         log.close()
@@ -116,6 +123,12 @@ def _collector_paused() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
+
+
+def checkpoint_age_seconds(checkpoint: Checkpoint) -> float:
+    """Seconds since the checkpoint was signed (by its own timestamp)."""
+    signed_at = datetime.strptime(checkpoint.timestamp, "%Y-%m-%dT%H:%M:%S.%fZ")
+    return (datetime.now(UTC) - signed_at.replace(tzinfo=UTC)).total_seconds()
 
 
 def _directory_of(checkpoint: Checkpoint, location: Path | None) -> Path | None:

@@ -22,6 +22,7 @@ from turnledger.infra.checkpoint import (
     read_checkpoint,
     write_checkpoint,
 )
+from turnledger.infra.progress import note
 from turnledger.infra.proofs import prove_consistency, prove_event
 from turnledger.infra.settings import Settings
 from turnledger.infra.signing import new_signing_key, trusted_public_key
@@ -87,6 +88,10 @@ def run_checkpoint(arguments: argparse.Namespace) -> int:
 
     def action() -> int:
         settings = Settings()
+        note(
+            "checkpoint: hashing the log into its Merkle tree (a store's first "
+            "checkpoint reads every event; later ones only what was added)..."
+        )
         checkpoint = write_checkpoint(None, settings, arguments.out)
         print(
             f"checkpoint of {checkpoint.tree_size} events, root "

@@ -34,12 +34,12 @@ from functools import cache
 from json.encoder import encode_basestring
 from typing import Any, Literal, get_args
 
+from turnledger.projections.reasoning import as_sent
 from turnledger.projections.turn_shapes import (
     ARGUMENTS_AS_OBJECTS,
     TURN_SHAPES,
     TURN_TEXTS,
     SentTurn,
-    TurnContent,
     WireIds,
     anthropic_turn,
     arguments_json_many,
@@ -96,6 +96,17 @@ def sent_turns(parts: RequestParts) -> list[SentTurn]:
     return [pair for pair in parts.pairs if not isinstance(pair, tuple)]
 
 
+def _pairs(
+    wire_format: str, parts: RequestParts
+) -> Iterator[tuple[str, str] | SentTurn]:
+    """The request's pairs as sent: turns without the reasoning parts this
+    request leaves out (projections/reasoning.py)."""
+    for pair in parts.pairs:
+        yield (
+            pair if isinstance(pair, tuple) else as_sent(pair, wire_format, parts.model)
+        )
+
+
 def _wire_ids(wire_format: str, parts: RequestParts) -> Iterator[WireIds]:
     """Each turn with parts' wire ids (wire_ids.py), in the turns' order."""
     if parts.wire_ids is not None:
@@ -108,7 +119,7 @@ def _openai_chat(parts: RequestParts) -> dict[str, Any]:
     if parts.fold is not None:
         messages.append({"role": "system", "content": parts.fold})
     ids = _wire_ids("openai-chat", parts)
-    for pair in parts.pairs:
+    for pair in _pairs("openai-chat", parts):
         if not isinstance(pair, tuple):
             messages += openai_chat_turn(pair, next(ids))
             continue
@@ -126,7 +137,7 @@ def _openai_responses(parts: RequestParts) -> dict[str, Any]:
     if parts.fold is not None:
         items.append({"role": "developer", "content": parts.fold})
     ids = _wire_ids("openai-responses", parts)
-    for pair in parts.pairs:
+    for pair in _pairs("openai-responses", parts):
         if not isinstance(pair, tuple):
             items += openai_responses_turn(pair, next(ids))
             continue
@@ -153,7 +164,7 @@ def _anthropic_messages(parts: RequestParts) -> dict[str, Any]:
     # Whole pairs then the question: user/assistant alternate strictly.
     messages: list[dict[str, Any]] = []
     ids = _wire_ids("anthropic-messages", parts)
-    for pair in parts.pairs:
+    for pair in _pairs("anthropic-messages", parts):
         if not isinstance(pair, tuple):
             messages += anthropic_turn(pair, next(ids))
             continue
@@ -172,7 +183,7 @@ def _gemini_contents(parts: RequestParts) -> dict[str, Any]:
         document["system_instruction"] = {"parts": instruction}
     contents: list[dict[str, Any]] = []
     ids = _wire_ids("gemini-contents", parts)
-    for pair in parts.pairs:
+    for pair in _pairs("gemini-contents", parts):
         if not isinstance(pair, tuple):
             contents += gemini_turn(pair, next(ids))
             continue
@@ -240,7 +251,7 @@ def _render_text(wire_format: str, parts: RequestParts) -> str:
             )
         )
     messages: list[str] = []
-    for pair in parts.pairs:
+    for pair in _pairs(wire_format, parts):
         if isinstance(pair, tuple):
             messages += pair_texts(*pair)
         else:
@@ -289,8 +300,10 @@ def pair_overhead(wire_format: str) -> int:
     )
 
 
-def turn_bytes(wire_format: str, turn: TurnContent) -> int:
-    """Bytes one whole turn with parts adds to a body in `wire_format`.
+def turn_bytes(wire_format: str, turn: SentTurn, model: str | None = None) -> int:
+    """Bytes one whole turn with parts adds to a body in `wire_format`, sent to
+    `model` (None: with every reasoning part its format carries, the size a
+    turn is recorded with).
 
     Every turn's messages go before the current question's, so each adds its
     own compact JSON and one comma, whatever the format.
@@ -299,7 +312,8 @@ def turn_bytes(wire_format: str, turn: TurnContent) -> int:
         shape = TURN_SHAPES[wire_format]
     except KeyError:
         raise ValueError(f"unknown wire format {wire_format!r}") from None
-    return sum(len(encode_json(message)) + 1 for message in shape(turn))
+    sent = as_sent(turn, wire_format, model)
+    return sum(len(encode_json(message)) + 1 for message in shape(sent))
 
 
 def pair_bytes(

@@ -393,7 +393,7 @@ class ConversationQueries:
         elif unread:
             sent.update(self.open_for_window(conversation_id, unread))
         settled = settle_wire_ids(
-            plan, [sent[row.turn_id] for row in kept_rows], policy
+            plan, [sent[row.turn_id] for row in kept_rows], policy, model
         )
         plan = settled.plan
         return build_window(
@@ -401,6 +401,7 @@ class ConversationQueries:
             plan=plan,
             sent_turns=settled.turns,
             wire_ids=settled.wire_ids,
+            dropped_reasoning=settled.dropped_reasoning,
             dropped=self._dropped(head, fold, frame, plan),
             policy=policy,
             counter=counter,

@@ -34,6 +34,7 @@ from turnledger.domain.parts import (
     AssistantStep,
     AssistantText,
     Attachment,
+    Reasoning,
     Refusal,
     ToolCall,
     ToolResult,
@@ -134,6 +135,8 @@ def openai_chat_turn(turn: TurnContent, ids: WireIds = None) -> list[dict[str, A
                     "content": step.content,
                 }
             )
+        elif isinstance(step, Reasoning):
+            continue  # OpenAI chat has no place for reasoning state
         elif isinstance(step, ToolCall):
             calls.append(
                 {
@@ -226,6 +229,9 @@ def openai_responses_turn(
                     "output": step.content,
                 }
             )
+        elif isinstance(step, Reasoning):
+            if step.provider == "openai":  # another's is never sent here
+                items.append(load_json(step.payload))  # the item as returned
         else:
             items.append({"role": "assistant", "content": step.text})
     items.append({"role": "assistant", "content": turn.answer})
@@ -267,12 +273,14 @@ def anthropic_turn(turn: TurnContent, ids: WireIds = None) -> list[dict[str, Any
     user += [_anthropic_attachment(a) for a in turn.attachments]
     messages: list[dict[str, Any]] = [{"role": "user", "content": _text_content(user)}]
     run: list[dict[str, Any]] = []  # the current run's blocks
+    thinking: list[dict[str, Any]] = []  # its thinking blocks: they come first
     results: list[dict[str, Any]] | None = None  # the user message answering it
     for step in turn.steps:
         if isinstance(step, ToolResult):
             if results is None:
-                messages.append({"role": "assistant", "content": _text_content(run)})
-                results, run = [], []
+                content = _text_content(thinking + run)
+                messages.append({"role": "assistant", "content": content})
+                results, run, thinking = [], [], []
                 messages.append({"role": "user", "content": results})
             block: dict[str, Any] = {
                 "type": "tool_result",
@@ -293,11 +301,14 @@ def anthropic_turn(turn: TurnContent, ids: WireIds = None) -> list[dict[str, Any
                     "input": step.arguments_object(),
                 }
             )
+        elif isinstance(step, Reasoning):
+            if step.provider == "anthropic":  # another's is never sent here
+                thinking.append(load_json(step.payload))  # the block as returned
         else:
             run.append({"type": "text", "text": step.text})
     # A run no result answered (text only) is said with the final answer.
     run.append({"type": "text", "text": turn.answer})
-    messages.append({"role": "assistant", "content": _text_content(run)})
+    messages.append({"role": "assistant", "content": _text_content(thinking + run)})
     return messages
 
 
@@ -328,11 +339,12 @@ def gemini_turn(turn: TurnContent, ids: WireIds = None) -> list[dict[str, Any]]:
     order: dict[str, int] = {}  # the current run's calls, in order
     run: list[dict[str, Any]] = []
     results: list[tuple[int, dict[str, Any]]] | None = None
+    signature: str | None = None  # for the run's next part (Reasoning)
     for step in turn.steps:
         if isinstance(step, ToolResult):
             if results is None:
                 contents.append({"role": "model", "parts": run})
-                results, run = [], []
+                results, run, signature = [], [], None
             response: dict[str, Any] = {
                 "id": _wire(ids, step.call_id),
                 "name": names[step.call_id],
@@ -346,20 +358,29 @@ def gemini_turn(turn: TurnContent, ids: WireIds = None) -> list[dict[str, Any]]:
         if isinstance(step, ToolCall):
             names[step.call_id] = step.name
             order[step.call_id] = len(order)
-            run.append(
-                {
-                    "functionCall": {
-                        "id": _wire(ids, step.call_id),
-                        "name": step.name,
-                        "args": step.arguments_object(),
-                    }
+            part: dict[str, Any] = {
+                "functionCall": {
+                    "id": _wire(ids, step.call_id),
+                    "name": step.name,
+                    "args": step.arguments_object(),
                 }
-            )
+            }
+        elif isinstance(step, Reasoning):
+            if step.provider == "gemini":  # another's is never sent here
+                signature = load_json(step.payload)["thoughtSignature"]
+            continue
         else:
-            run.append({"text": step.text})
+            part = {"text": step.text}
+        if signature is not None:
+            part["thoughtSignature"] = signature
+            signature = None
+        run.append(part)
     if results is not None:
         contents.append(_gemini_responses(results))
-    run.append({"text": turn.answer})
+    answer: dict[str, Any] = {"text": turn.answer}
+    if signature is not None:
+        answer["thoughtSignature"] = signature
+    run.append(answer)
     contents.append({"role": "model", "parts": run})
     return contents
 
@@ -589,7 +610,7 @@ def openai_chat_texts(
             )
         elif kind in _SAID:
             said.append(step)
-        else:
+        elif kind != "reasoning":  # OpenAI chat has no place for it
             raise _unknown(step)
     if said or calls:
         messages.append(_chat_assistant_text(said, calls))
@@ -644,6 +665,9 @@ def openai_responses_texts(
             )
         elif kind in _SAID:
             items.append(f'{{"role":"assistant","content":{_string(step["text"])}}}')
+        elif kind == "reasoning":
+            if step["provider"] == "openai":
+                items.append(arguments_json(step["payload"]))
         else:
             raise _unknown(step)
     items.append(f'{{"role":"assistant","content":{_string(turn.answer)}}}')
@@ -669,15 +693,16 @@ def anthropic_texts(
     else:
         messages = [f'{{"role":"user","content":{question}}}']
     run: list[str] = []  # the current run's blocks
+    thinking: list[str] = []  # its thinking blocks: they come first
     first_text: str | None = None  # the run's first block's text, if a text
     results: list[str] | None = None  # the blocks of the user message answering it
     for step in turn.step_documents:
         kind = step["kind"]
         if kind == "tool_result":
             if results is None:
-                content = _anthropic_content(run, first_text)
+                content = _anthropic_content(thinking + run, first_text)
                 messages.append(f'{{"role":"assistant","content":{content}}}')
-                results, run, first_text = [], [], None
+                results, run, thinking, first_text = [], [], [], None
             error = ',"is_error":true' if step["is_error"] else ""
             results.append(
                 f'{{"type":"tool_result","tool_use_id":{_id(ids, step)},'
@@ -698,6 +723,9 @@ def anthropic_texts(
             if not run:
                 first_text = text
             run.append(f'{{"type":"text","text":{text}}}')
+        elif kind == "reasoning":
+            if step["provider"] == "anthropic":
+                thinking.append(arguments_json(step["payload"]))
         else:
             raise _unknown(step)
     if results is not None:
@@ -707,7 +735,7 @@ def anthropic_texts(
     if not run:
         first_text = answer
     run.append(f'{{"type":"text","text":{answer}}}')
-    content = _anthropic_content(run, first_text)
+    content = _anthropic_content(thinking + run, first_text)
     messages.append(f'{{"role":"assistant","content":{content}}}')
     return messages
 
@@ -722,12 +750,13 @@ def gemini_texts(
     order: dict[str, int] = {}  # the current run's calls, in order
     run: list[str] = []
     results: list[tuple[int, str]] | None = None
+    signature = ""  # ',"thoughtSignature":...' for the run's next part
     for step in turn.step_documents:
         kind = step["kind"]
         if kind == "tool_result":
             if results is None:
                 contents.append(f'{{"role":"model","parts":{_list(run)}}}')
-                results, run = [], []
+                results, run, signature = [], [], ""
             key = "error" if step["is_error"] else "output"
             results.append(
                 (
@@ -746,15 +775,21 @@ def gemini_texts(
             order[step["call_id"]] = len(order)
             run.append(
                 f'{{"functionCall":{{"id":{_id(ids, step)},"name":{name},'
-                f'"args":{_arguments(step, arguments)}}}}}'
+                f'"args":{_arguments(step, arguments)}}}{signature}}}'
             )
         elif kind in _SAID:
-            run.append(f'{{"text":{_string(step["text"])}}}')
+            run.append(f'{{"text":{_string(step["text"])}{signature}}}')
+        elif kind == "reasoning":
+            if step["provider"] == "gemini":
+                given = load_json(step["payload"])["thoughtSignature"]
+                signature = f',"thoughtSignature":{_string(given)}'
+            continue
         else:
             raise _unknown(step)
+        signature = ""
     if results is not None:
         contents.append(_gemini_responses_text(results))
-    run.append(f'{{"text":{_string(turn.answer)}}}')
+    run.append(f'{{"text":{_string(turn.answer)}{signature}}}')
     contents.append(f'{{"role":"model","parts":{_list(run)}}}')
     return contents
 

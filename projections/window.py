@@ -44,6 +44,7 @@ from turnledger.domain.parts import (
     AssistantStep,
     AssistantText,
     Attachment,
+    Reasoning,
     Refusal,
     ToolCall,
     ToolResult,
@@ -75,6 +76,11 @@ from turnledger.projections.formats import (
 )
 from turnledger.projections.media_tokens import file_tokens, image_tokens
 from turnledger.projections.policy import WindowPolicy
+from turnledger.projections.reasoning import (
+    REASONING_FORMATS,
+    DroppedReasoning,
+    dropped_reasoning,
+)
 from turnledger.projections.tokens import (
     CHAR_ESTIMATE,
     TokenCounter,
@@ -282,6 +288,8 @@ class Window:
     # Why the fold (fold_id) was not sent: it broke the byte limit or the
     # context. Its covered turns are then dropped as "fold_dropped".
     fold_dropped_reason: FoldDropReason | None = None
+    # Reasoning parts of sent turns left out (another format or model).
+    dropped_reasoning: tuple[DroppedReasoning, ...] = ()
 
     @property
     def byte_length(self) -> int:
@@ -322,6 +330,7 @@ class Window:
             "fold_dropped_reason": self.fold_dropped_reason,
             "fold_due": self.fold_due,
             "omitted": self.omitted,
+            "dropped_reasoning": [d.summary() for d in self.dropped_reasoning],
         }
         if with_turn_ids:
             report["dropped"] = [
@@ -456,7 +465,7 @@ def measure_pair(
         )
     if wire_format is None:
         raise ValueError("a turn with parts is measured in a wire format")
-    steps, tokens, trimmed = _trim_steps(turn, counter, max_message_tokens)
+    steps, tokens, trimmed = _trim_steps(turn, counter, max_message_tokens, wire_format)
     tokens += sum(
         _attachment_tokens(wire_format, attachment, counter)
         for attachment in turn.attachments
@@ -506,12 +515,18 @@ def needs_trim(sizes: TurnSizes, max_tokens: int | None) -> bool:
 
 
 def _trim_steps(
-    turn: WindowTurn, counter: TokenCounter, limit: int | None
+    turn: WindowTurn, counter: TokenCounter, limit: int | None, wire_format: str
 ) -> tuple[tuple[AssistantStep, ...], int, tuple[TrimmedMessage, ...]]:
     steps: list[AssistantStep] = []
     tokens = 0
     trimmed: list[TrimmedMessage] = []
     for index, step in enumerate(turn.steps):
+        if isinstance(step, Reasoning):
+            # Opaque, never cut; counted where its format carries it.
+            steps.append(step)
+            if REASONING_FORMATS[step.provider] == wire_format:
+                tokens += counter.count(step.payload)
+            continue
         if isinstance(step, ToolCall):
             # Arguments are never cut: a cut call could not be parsed or run.
             steps.append(step)
@@ -672,21 +687,26 @@ class SettledWindow:
     plan: WindowPlan
     turns: list[WindowTurn | OpenedTurn]
     wire_ids: Sequence[WireIds]  # of each turn with parts, in order
+    dropped_reasoning: tuple[DroppedReasoning, ...] = ()
 
 
 def settle_wire_ids(
     plan: WindowPlan,
     sent_turns: Sequence[WindowTurn | OpenedTurn],
     policy: WindowPolicy,
+    model: str | None = None,
 ) -> SettledWindow:
-    """The plan and its turns (oldest first) once call ids are sent as wire ids.
+    """The plan and its turns (oldest first) once call ids are sent as wire ids
+    and reasoning parts only to the `model` that produced them.
 
-    Turns are measured with their stored ids; a body sends each call's wire id
-    (wire_ids.py), which is longer or shorter where a stored id does not fit
-    the format or is used again. The growth is added to the body's bytes, and
-    while it breaks the byte limit the oldest kept turn is left out (for
-    "bytes", so the window stays a suffix): mapped ids make a window at most
-    one derived id per call larger than planned, never over its limit.
+    Turns are measured with their stored ids and with the reasoning parts
+    their format carries; a body sends each call's wire id (wire_ids.py),
+    which is longer or shorter where a stored id does not fit the format or
+    is used again, and leaves out the reasoning of another model
+    (reasoning.py). The difference is added to the body's bytes, and while it
+    breaks the byte limit the oldest kept turn is left out (for "bytes", so
+    the window stays a suffix): mapped ids make a window at most one derived
+    id per call larger than planned, never over its limit.
     """
     wire_format = policy.wire_format
     turns = list(sent_turns)
@@ -696,8 +716,10 @@ def settle_wire_ids(
     over_budget = plan.floor_over_budget
     while True:
         with_parts = [turn for turn in turns if _as_pair(turn) is turn]
+        reasoning = [turn for turn in with_parts if _has_reasoning(turn)]
         mapped = request_wire_ids(wire_format, with_parts)
         growth = sum(wire_id_growth(with_parts, mapped))
+        growth -= sum(_reasoning_left_out(t, wire_format, model) for t in reasoning)
         if body_bytes + growth <= policy.max_bytes or not turns:
             break
         dropped = kept.pop()  # the oldest: the floor's pairs over budget go first
@@ -705,9 +727,14 @@ def settle_wire_ids(
         body_bytes -= dropped.bytes_in(wire_format)
         tokens -= dropped.tokens
         over_budget = max(0, over_budget - 1)
+    left_out = tuple(
+        drop
+        for turn in reasoning
+        for drop in dropped_reasoning(turn, wire_format, model)
+    )
     if dropped is None:
         return SettledWindow(
-            replace(plan, body_bytes=body_bytes + growth), turns, mapped
+            replace(plan, body_bytes=body_bytes + growth), turns, mapped, left_out
         )
     settled = replace(
         plan,
@@ -719,7 +746,21 @@ def settle_wire_ids(
         history_tokens=tokens,
         floor_over_budget=over_budget,
     )
-    return SettledWindow(settled, turns, mapped)
+    return SettledWindow(settled, turns, mapped, left_out)
+
+
+def _has_reasoning(turn: SentTurn) -> bool:
+    return any(step["kind"] == "reasoning" for step in turn.step_documents)
+
+
+def _reasoning_left_out(turn: SentTurn, wire_format: str, model: str | None) -> int:
+    """Bytes of the reasoning its recorded size counts that `model` is not sent."""
+    if model is None or not any(
+        drop.reason == "other_model"
+        for drop in dropped_reasoning(turn, wire_format, model)
+    ):
+        return 0
+    return turn_bytes(wire_format, turn) - turn_bytes(wire_format, turn, model)
 
 
 # The dropped report -------------------------------------------------------------
@@ -787,6 +828,7 @@ def build_window(
     counter: TokenCounter,
     fold_due: bool = False,
     wire_ids: Sequence[WireIds] | None = None,
+    dropped_reasoning: tuple[DroppedReasoning, ...] = (),
 ) -> Window:
     """Render the planned window. `sent_turns` are the kept turns, oldest first,
     with their texts already trimmed; `wire_ids` their wire ids when settled
@@ -851,6 +893,7 @@ def build_window(
         fold_sent=frame.fold is not None,
         fold_due=fold_due,
         fold_dropped_reason=frame.fold_dropped_reason,
+        dropped_reasoning=dropped_reasoning,
     )
 
 
@@ -895,7 +938,7 @@ def select_window(
     plan = plan_in_frame(frame, (candidate for candidate, _ in measured), policy)
     kept = len(plan.kept_newest_first)
     settled = settle_wire_ids(
-        plan, [sent_turn for _, sent_turn in measured[:kept]][::-1], policy
+        plan, [sent_turn for _, sent_turn in measured[:kept]][::-1], policy, model
     )
     plan = settled.plan
     dropped = report_dropped(
@@ -914,6 +957,7 @@ def select_window(
         policy=policy,
         counter=counter,
         wire_ids=settled.wire_ids,
+        dropped_reasoning=settled.dropped_reasoning,
     )
 
 

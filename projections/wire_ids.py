@@ -168,13 +168,15 @@ def wire_id_growth(
         if not changes:
             growth.append(0)
             continue
-        total = 0
-        for step in turn.step_documents:
-            if step["kind"] not in ("tool_call", "tool_result"):
-                continue
-            stored = str(step["call_id"])
-            wire = changes.get(stored)
-            if wire is not None:
-                total += len(wire) - len(stored)
-        growth.append(total)
+        answered = {
+            step["call_id"]
+            for step in turn.step_documents
+            if step["kind"] == "tool_result"
+        }
+        growth.append(
+            sum(
+                (len(wire) - len(stored)) * (2 if stored in answered else 1)
+                for stored, wire in changes.items()
+            )
+        )
     return growth

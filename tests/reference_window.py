@@ -18,6 +18,7 @@ from turnledger.domain.errors import (
 from turnledger.domain.parts import (
     AssistantStep,
     AssistantText,
+    Reasoning,
     Refusal,
     ToolCall,
     ToolResult,
@@ -152,6 +153,13 @@ def naive_window(
     raise AssertionError("the empty suffix always fits")
 
 
+_REASONING_FORMAT = {
+    "anthropic": "anthropic-messages",
+    "openai": "openai-responses",
+    "gemini": "gemini-contents",
+}
+
+
 def sent_turn(
     turn: WindowTurn, counter: TokenCounter, limit: int | None
 ) -> tuple[str, str] | WindowTurn:
@@ -194,6 +202,10 @@ def turn_tokens(
             tokens += counter.count(step.name) + counter.count(step.arguments)
         elif isinstance(step, ToolResult):
             tokens += counter.count(step.content)
+        elif isinstance(step, Reasoning):
+            # Counted where its provider's format carries it (docs/tools.md).
+            if _REASONING_FORMAT[step.provider] == fmt:
+                tokens += counter.count(step.payload)
         else:
             tokens += counter.count(step.text)
     for attachment in sent.attachments:

@@ -29,9 +29,11 @@ sendable_text = hostile_text.filter(lambda text: bool(text.strip()))
 import json  # noqa: E402
 
 from turnledger.domain.parts import (  # noqa: E402
+    REASONING_PROVIDERS,
     AssistantStep,
     AssistantText,
     Attachment,
+    Reasoning,
     Refusal,
     ToolCall,
     ToolResult,
@@ -79,10 +81,42 @@ tool_names = st.from_regex(r"[A-Za-z0-9_-]{1,12}", fullmatch=True)
 
 
 @st.composite
+def reasoning_parts(draw: st.DrawFn, models: tuple[str, ...] = ("m",)) -> Reasoning:
+    """A provider's reasoning state, for one of `models` ("m": the tests')."""
+    provider = draw(st.sampled_from(REASONING_PROVIDERS))
+    text = draw(hostile_text)
+    payload: dict[str, object] = {
+        "anthropic": draw(
+            st.sampled_from(
+                [
+                    {"type": "thinking", "thinking": text, "signature": "c2ln"},
+                    {"type": "redacted_thinking", "data": text or "x"},
+                ]
+            )
+        ),
+        "openai": {
+            "type": "reasoning",
+            "id": "rs_1",
+            "summary": [{"type": "summary_text", "text": text}],
+            "encrypted_content": "ZW5j",
+        },
+        "gemini": {"thoughtSignature": "c2ln" + str(len(text))},
+    }[provider]
+    return Reasoning(
+        provider,
+        draw(st.sampled_from(models)),
+        json.dumps(payload, ensure_ascii=draw(st.booleans())),
+    )
+
+
+@st.composite
 def tool_steps(draw: st.DrawFn, prefix: str = "") -> tuple[AssistantStep, ...]:
-    """Rounds of assistant steps and their results, maybe a closing text."""
+    """Rounds of assistant steps and their results, maybe a closing text;
+    a round may begin with the provider's reasoning state."""
     steps: list[AssistantStep] = []
     for round_index in range(draw(st.integers(0, 3))):
+        if draw(st.integers(0, 3)) == 0:
+            steps.append(draw(reasoning_parts()))
         said: list[AssistantStep] = [
             draw(
                 st.builds(AssistantText, sendable_text)

@@ -98,7 +98,7 @@ def window_messages(
         )
         turn_ids = projected.window.kept_turn_ids
         if all(turn_id in kept for turn_id in turn_ids):  # none deleted since
-            _mark_errors(messages, [kept[turn_id] for turn_id in turn_ids])
+            _restore_results(messages, [kept[turn_id] for turn_id in turn_ids])
     return messages
 
 
@@ -180,7 +180,7 @@ class TurnLedgerChatHistory(BaseChatMessageHistory):
                     turns.append(item.parts)
             offset = page.next_offset
         messages = convert_to_messages(documents)
-        _mark_errors(messages, turns)
+        _restore_results(messages, turns)
         return messages
 
     def _window_history(self) -> list[BaseMessage]:
@@ -199,19 +199,25 @@ class TurnLedgerChatHistory(BaseChatMessageHistory):
         return window[1:-1]
 
 
-def _mark_errors(messages: list[BaseMessage], turns: Sequence[TurnParts]) -> None:
-    """Give each ToolMessage the status of its result: an OpenAI chat body (what
-    the messages are converted from) has no error flag, but its tool messages
-    are the turns' results in their order."""
-    failed = iter(
-        step.is_error
+def _restore_results(messages: list[BaseMessage], turns: Sequence[TurnParts]) -> None:
+    """Give each ToolMessage the status of its result and the name of the tool
+    it answers: an OpenAI chat body (what the messages are converted from) has
+    neither, but its tool messages are the turns' results in their order."""
+    results = iter(
+        (step.is_error, _call_names(turn)[step.call_id])
         for turn in turns
         for step in turn.steps
         if isinstance(step, ToolResult)
     )
     for message in messages:
-        if isinstance(message, ToolMessage) and next(failed):
-            message.status = "error"
+        if isinstance(message, ToolMessage):
+            failed, message.name = next(results)
+            if failed:
+                message.status = "error"
+
+
+def _call_names(turn: TurnParts) -> dict[str, str]:
+    return {s.call_id: s.name for s in turn.steps if isinstance(s, ToolCall)}
 
 
 def _turns_by_id(

@@ -8,8 +8,10 @@ Needs the `agents` extra (`openai-agents`). Semantics (docs/adapters.md):
 - `add_items`: a user message begins a turn; function calls, their outputs
   and the assistant's messages are its steps; a batch that ends with an
   assistant message while every call has its output confirms the turn (that
-  message is the final answer). Reasoning items are not stored. A user
-  message while a turn is still open records that turn as abandoned first.
+  message is the final answer). Reasoning items are kept as reasoning parts
+  of the turn, sent back in windows for the session's model. A user message
+  after an answered exchange confirms it; while a turn is still open it is
+  recorded as abandoned first.
 - `get_items()`: turnledger's window under the session's policy, in the
   OpenAI Responses shape (the fold first, if any, then whole turns, newest
   last), followed by the open turn's items as they were added. The window is
@@ -34,13 +36,14 @@ from collections.abc import Mapping
 from typing import Any
 from uuid import UUID
 
-from agents.memory.session_settings import SessionSettings
+from agents.memory.session_settings import SessionSettings, resolve_session_limit
 
 from turnledger.domain.errors import InvalidInputError
 from turnledger.domain.parts import (
     AssistantStep,
     AssistantText,
     Attachment,
+    Reasoning,
     Refusal,
     ToolCall,
     ToolResult,
@@ -56,8 +59,6 @@ from turnledger.infra.service_layer.application import Conversations
 from turnledger.projections.policy import WindowPolicy
 from turnledger.projections.tokens import TokenCounter
 from turnledger.projections.turn_shapes import openai_responses_turn
-
-_SKIPPED = frozenset({"reasoning"})
 
 
 class TurnLedgerSession:
@@ -75,8 +76,10 @@ class TurnLedgerSession:
         model: str = "gpt-4o-mini",
         system: str = "",
         token_counter: TokenCounter | None = None,
+        session_settings: SessionSettings | None = None,
     ) -> None:
         self.session_id = str(conversation_id)
+        self.session_settings = session_settings
         self.conversation_id = conversation_id
         self.policy = (policy or WindowPolicy()).model_copy(
             update={"wire_format": "openai-responses"}
@@ -95,6 +98,8 @@ class TurnLedgerSession:
         async with self._lock:
             window = await asyncio.to_thread(self.window_items)
             items = window + self.turns.pending_items()
+        # As the SDK's own sessions: an explicit limit, else the settings'.
+        limit = resolve_session_limit(limit, self.session_settings)
         if limit is None:
             return items
         return items[-limit:] if limit > 0 else []
@@ -130,9 +135,11 @@ class TurnLedgerSession:
         for raw in items:
             item = _as_dict(raw)
             kind = item.get("type", "message")
-            if kind in _SKIPPED:
-                continue
-            if kind == "message" and item.get("role") == "user":
+            if kind == "reasoning":
+                # Kept as it came, for this session's model (docs/tools.md).
+                payload = json.dumps(item, ensure_ascii=False)
+                self.turns.add([Reasoning("openai", self.model, payload)], raw)
+            elif kind == "message" and item.get("role") == "user":
                 question, attachments = _user_input(item.get("content", ""))
                 if self.turns.can_confirm():
                     # An exchange answered earlier in this batch (a session

@@ -16,12 +16,14 @@ from starlette.concurrency import run_in_threadpool
 from turnledger.infra.checkpoint import checkpoint_periodically
 from turnledger.infra.devices import DeviceRegistry, open_device_registry
 from turnledger.infra.http import (
+    audit_routes,
     conversation_routes,
     device_routes,
     export_routes,
     fold_routes,
     purge_routes,
     sync_routes,
+    web_routes,
 )
 from turnledger.infra.http.cursor import CursorCodec
 from turnledger.infra.http.database import (
@@ -38,6 +40,7 @@ from turnledger.infra.http.notifier import LogFollower, Poller, PostgresListener
 from turnledger.infra.http.service import Service
 from turnledger.infra.http.turn_route import TurnWritePath
 from turnledger.infra.persistence import master_key, open_conversations, open_replica
+from turnledger.infra.process_hardening import disable_core_dumps
 from turnledger.infra.purge_retry import PurgeRetry
 from turnledger.infra.service_layer.application import Conversations
 from turnledger.infra.settings import Settings
@@ -133,7 +136,7 @@ def create_app(
             ledger, settings, database_available=lambda: monitor.available
         )
         purge_retry.start()  # completes compactions left pending
-        # Signed transparency-log checkpoints, when a directory is configured.
+        # Signed transparency-log checkpoints, by default once a key is set.
         checkpoints_stop = threading.Event()
         checkpoints = threading.Thread(
             target=checkpoint_periodically,
@@ -141,7 +144,7 @@ def create_app(
             name="turnledger-checkpoints",
             daemon=True,
         )
-        if settings.audit_checkpoint_dir is not None:
+        if settings.checkpoint_dir_in_effect is not None:
             checkpoints.start()
         try:
             yield
@@ -180,6 +183,8 @@ def create_app(
     app.include_router(export_routes.router)
     app.include_router(fold_routes.router)
     app.include_router(purge_routes.router)
+    app.include_router(audit_routes.router)
+    app.include_router(web_routes.router)
 
     @app.get("/v1/health", response_model=HealthOut, tags=["service"])
     async def health() -> HealthOut:
@@ -241,4 +246,5 @@ def create_app(
 
 def app_from_environment() -> FastAPI:
     """The factory `turnledger serve` hands to uvicorn: settings from TURNLEDGER_*."""
+    disable_core_dumps()  # a worker started by exec is dumpable again
     return create_app(Settings())

@@ -29,6 +29,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
 from turnledger.infra.http.notifier import release_long_polls
+from turnledger.infra.library_compat import stop_keep_alive
 from turnledger.infra.settings import Settings
 
 # After answering an oversized or slow head, keep reading (and dropping) what
@@ -174,7 +175,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def _refuse(self, status: int, code: str, message: str) -> None:
         self._disarm_head_timer()
-        self._unset_keepalive_if_required()
+        stop_keep_alive(self)
         body = json.dumps({"error": {"code": code, "message": message}}).encode()
         head = (
             f"HTTP/1.1 {status} {http.HTTPStatus(status).phrase}\r\n"

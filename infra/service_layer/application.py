@@ -15,10 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 from uuid import UUID, uuid4
 
-from eventsourcing.application import Application, ProcessingEvent
+from eventsourcing.application import Application
 from eventsourcing.persistence import (
     EventStore,
     JSONTranscoder,
@@ -26,7 +27,6 @@ from eventsourcing.persistence import (
     Recording,
 )
 
-from turnledger.domain.chain import GENESIS, read_link
 from turnledger.domain.conversation import (
     Conversation,
     TurnFacts,
@@ -50,8 +50,9 @@ from turnledger.domain.text import (
 from turnledger.domain.transcodings import register_legacy_transcodings
 from turnledger.infra.service_layer.batch import Batch, BatchWriter, Write
 from turnledger.infra.service_layer.chain_mapper import (
+    ChainedEventStore,
     ChainSealingMapper,
-    RecentDigests,
+    Event,
 )
 from turnledger.infra.service_layer.group_commit import GroupCommitter
 from turnledger.infra.service_layer.purge import PurgeReport, PurgeRunner
@@ -122,7 +123,6 @@ class Conversations(Application[UUID]):
         previous one commits: for a store whose transactions can overlap."""
         self._vault = vault
         self.max_turn_bytes = max_turn_bytes
-        self._recent_digests = RecentDigests()
         super().__init__(env)
         if not _is_read_side(self.recorder):
             raise TypeError(
@@ -142,9 +142,7 @@ class Conversations(Application[UUID]):
         self._writes = BatchWriter(
             read_side=self.read_side,
             save=self.save,
-            stored_digest=lambda conversation_id, version: self._stored_digest(
-                conversation_id, version, None
-            ),
+            stored_digest=self.chained_events.stored_digest,
         )
         self._committer: GroupCommitter[Write] = GroupCommitter(
             self._writes.commit_batch,
@@ -157,6 +155,12 @@ class Conversations(Application[UUID]):
         # deletion record when it was opened (infra/restore.py).
         self.restore_report: RestoreReport | None = None
         self._turns = TurnWrites(self)
+
+    @property
+    def chained_events(self) -> ChainedEventStore:
+        """The event store (`construct_event_store`), typed as what it is."""
+        assert isinstance(self.events, ChainedEventStore)
+        return self.events
 
     @property
     def vault(self) -> TextVault:
@@ -187,98 +191,24 @@ class Conversations(Application[UUID]):
         super().register_transcodings(transcoder)
         register_legacy_transcodings(transcoder)
 
+    def construct_event_store(self) -> EventStore[UUID]:
+        assert isinstance(self.mapper, ChainSealingMapper)
+        return ChainedEventStore(mapper=self.mapper, recorder=self.recorder)
+
     def save(
         self, *objs: Any, batch: Batch | None = None, **kwargs: Any
     ) -> list[Recording[UUID]]:
-        """Store the aggregates' new events, each chained to the one before it,
-        with the read-side rows and keys `batch` gathered, in one transaction.
-
-        The library's `save` with the chain added. The predecessor's digest is
-        the one it was stored with: the head the read side recorded,
-        remembered if this process wrote it, else read from the stored row,
-        never taken from the aggregate. Conversations are collected directly:
-        the library's runtime protocol checks (two per aggregate) cost more
-        than the rest of a conversation's share of a batch.
-        """
-        events: list[Any] = []
-        for obj in objs:
-            if isinstance(obj, Conversation):
-                events.extend(obj.collect_events())
-            elif obj is not None:
-                collected: ProcessingEvent[UUID] = ProcessingEvent()
-                collected.collect_events(obj)
-                events.extend(collected.events)
-        if not events:
-            return []
-        heads: dict[UUID, tuple[int, str]] = {}
-        digests: dict[UUID, list[str]] = {}
-        for new_event in events:
-            originator_id = new_event.originator_id
-            version = new_event.originator_version
-            head = heads.get(originator_id)
-            previous = (
-                head[1]
-                if head is not None
-                else self._stored_digest(originator_id, version - 1, batch)
-            )
-            # Events are frozen; the chain field is set once, before mapping.
-            object.__setattr__(new_event, "previous_digest", previous)
-            digest = read_link(self.mapper.to_stored_event(new_event)).recorded_digest
-            heads[originator_id] = (version, digest)
-            digests.setdefault(originator_id, []).append(digest)
+        """The library's save: the aggregates' new events, each chained to the
+        one before it by the event store (`ChainedEventStore`); with `batch`,
+        the recorder also writes the read-side rows, keys and credential
+        checks the batch gathered, in the events' transaction."""
         if batch is not None:
-            changes = self._rows_for(events, batch, digests)
-            kwargs["read_side"] = changes
-            batch.new_heads = {
-                row.conversation_id: row for row in changes.conversations
+            kwargs["heads"] = {
+                conversation_id: (row.version, row.head_digest)
+                for conversation_id, row in batch.heads.items()
             }
-            if batch.keys:
-                kwargs["new_keys"] = tuple(batch.keys)
-            if batch.credentials:  # only on stores that check them (_request_write)
-                kwargs["credentials"] = tuple(sorted(batch.credentials))
-        recordings = self.events.put(events, **kwargs)
-        for originator_id, (version, digest) in heads.items():
-            self._recent_digests.put(originator_id, version, digest)
-        return recordings
-
-    def _rows_for(
-        self,
-        events: Sequence[Any],
-        batch: Batch,
-        digests: Mapping[UUID, list[str]],
-    ) -> RowChanges:
-        changes = RowChanges()
-        by_conversation: dict[UUID, list[Any]] = {}
-        for new_event in events:
-            by_conversation.setdefault(new_event.originator_id, []).append(new_event)
-        for conversation_id, conversation_events in by_conversation.items():
-            changes = changes + project_events(
-                head=batch.heads.get(conversation_id),
-                events=conversation_events,
-                digests=digests[conversation_id],
-                sizes=batch.sizes.get(conversation_id, {}),
-                known_turns=batch.turns.get(conversation_id, {}),
-            )
-        return changes
-
-    def _stored_digest(
-        self, originator_id: UUID, version: int, batch: Batch | None
-    ) -> str:
-        if version < 1:
-            return GENESIS
-        if batch is not None:
-            head = batch.heads.get(originator_id)
-            if head is not None and head.version == version:
-                return head.head_digest
-        remembered = self._recent_digests.get(originator_id, version)
-        if remembered is not None:
-            return remembered
-        rows = self.recorder.select_events(originator_id, gt=version - 1, lte=version)
-        if not rows:
-            # The predecessor is not stored: saving this event will fail the
-            # version check, so any link will do; the genesis keeps it well-formed.
-            return GENESIS
-        return read_link(rows[0]).recorded_digest
+            kwargs["with_digests"] = partial(_recorded_with, batch)
+        return super().save(*objs, **kwargs)
 
     def close(self) -> None:
         super().close()
@@ -755,6 +685,33 @@ class Conversations(Application[UUID]):
 
     def _submit(self, write: Write) -> Any:
         return self._committer.submit(write)
+
+
+def _recorded_with(
+    batch: Batch, events: Sequence[Event], digests: Mapping[UUID, list[str]]
+) -> dict[str, Any]:
+    """What the recorder writes with a batch's events: the read-side rows
+    (projected from the events and the digests they were stored with), the
+    new keys and the credentials to check."""
+    changes = RowChanges()
+    by_conversation: dict[UUID, list[Event]] = {}
+    for new_event in events:
+        by_conversation.setdefault(new_event.originator_id, []).append(new_event)
+    for conversation_id, conversation_events in by_conversation.items():
+        changes = changes + project_events(
+            head=batch.heads.get(conversation_id),
+            events=conversation_events,
+            digests=digests[conversation_id],
+            sizes=batch.sizes.get(conversation_id, {}),
+            known_turns=batch.turns.get(conversation_id, {}),
+        )
+    batch.new_heads = {row.conversation_id: row for row in changes.conversations}
+    recorded: dict[str, Any] = {"read_side": changes}
+    if batch.keys:
+        recorded["new_keys"] = tuple(batch.keys)
+    if batch.credentials:  # only on stores that check them (_request_write)
+        recorded["credentials"] = tuple(sorted(batch.credentials))
+    return recorded
 
 
 def _is_read_side(recorder: object) -> bool:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
+from eventsourcing.domain import Snapshot
 from eventsourcing.persistence import StoredEvent
 from eventsourcing.utils import get_topic
 
@@ -211,8 +212,10 @@ class _Collected:
         self.positions = []
 
 
-def _state(aggregate: Any) -> dict[str, Any]:
-    return {k: v for k, v in vars(aggregate).items() if k != "_pending_events"}
+def _state(aggregate: Any) -> tuple[Any, int, dict[str, Any]]:
+    """What an aggregate is: its id, version and the state the library's own
+    snapshot would record."""
+    return aggregate.id, aggregate.version, Snapshot.take(aggregate).state
 
 
 def _shown(value: Any) -> str:

@@ -18,9 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
-from eventsourcing.domain import Snapshot
 from eventsourcing.persistence import IntegrityError
-from eventsourcing.utils import get_topic
 
 from turnledger.domain.conversation import Conversation, TurnSizes, TurnStatus
 from turnledger.domain.errors import (
@@ -260,19 +258,11 @@ def aggregate_from_row(row: ConversationRow) -> Conversation:
     The row is written in the same transaction as every event of the
     conversation, so it is a snapshot that can never lag behind the log.
     """
-    snapshot = Snapshot(
-        originator_id=row.conversation_id,
-        originator_version=row.version,
-        timestamp=row.modified_at,
-        topic=get_topic(Conversation),
-        state={
-            "_created_on": row.created_at,
-            "_modified_on": row.modified_at,
-            "owner_id": row.owner_id,
-            "turn_count": row.turn_count,
-            "class_version": Conversation.class_version,
-        },
+    return Conversation.at_head(
+        id=row.conversation_id,
+        version=row.version,
+        owner_id=row.owner_id,
+        turn_count=row.turn_count,
+        created_on=row.created_at,
+        modified_on=row.modified_at,
     )
-    aggregate = snapshot.mutate(None)
-    assert isinstance(aggregate, Conversation)
-    return aggregate

@@ -15,6 +15,7 @@ from turnledger.infra.service_layer.purge import PurgeReport
 if TYPE_CHECKING:
     pass
 
+
 @dataclass(frozen=True, slots=True)
 class TurnReceipt:
     """Result of recording a turn; a retried request returns the same receipt."""

@@ -179,8 +179,24 @@ class RefusalPart(RequestModel):
     text: str
 
 
+class ReasoningPart(RequestModel):
+    kind: Literal["reasoning"]
+    provider: Literal["anthropic", "openai", "gemini"]
+    model: str = Field(description="the model that produced it")
+    payload: str = Field(
+        description="JSON text of the provider's own object, kept and sent back "
+        "as given: an Anthropic thinking or redacted_thinking block, an OpenAI "
+        'Responses reasoning item, or {"thoughtSignature": ...} for Gemini'
+    )
+
+
 TurnPart = Annotated[
-    AttachmentPart | AssistantTextPart | ToolCallPart | ToolResultPart | RefusalPart,
+    AttachmentPart
+    | AssistantTextPart
+    | ToolCallPart
+    | ToolResultPart
+    | RefusalPart
+    | ReasoningPart,
     Field(discriminator="kind"),
 ]
 MAX_PARTS = 1_000

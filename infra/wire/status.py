@@ -15,7 +15,6 @@ from turnledger.infra.wire.schemas import Identifier, RequestModel
 POSITION_HEADER = "TurnLedger-Position"
 
 
-
 class HealthOut(BaseModel):
     status: Literal["ok"]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
 from pydantic import SecretStr
 
 from tests.e2e.conftest import client, start_server, stop_server
@@ -14,10 +15,13 @@ from turnledger.infra.settings import Settings
 from turnledger.infra.signing import new_signing_key, trusted_public_key
 
 
+@pytest.mark.parametrize("configured", [True, False], ids=["dir", "key-only"])
 def test_the_service_checkpoints_the_log_as_it_grows(
-    service_settings: Settings, tmp_path: Path
+    service_settings: Settings, tmp_path: Path, configured: bool
 ) -> None:
-    out = tmp_path / "checkpoints"
+    """With a directory, there; with only a signing key, by default in
+    data_dir/checkpoints."""
+    out = tmp_path / "checkpoints" if configured else None
     settings = service_settings.model_copy(
         update={
             "audit_signing_key": SecretStr(new_signing_key()),
@@ -25,6 +29,9 @@ def test_the_service_checkpoints_the_log_as_it_grows(
             "audit_checkpoint_interval_seconds": 0.2,
         }
     )
+    if out is None:  # never the user's own data directory
+        settings = settings.model_copy(update={"data_dir": tmp_path / "data"})
+        out = settings.data_dir / "checkpoints"
     registry = open_device_registry(settings)
     token = registry.add("alice", "laptop").token
     registry.close()

@@ -218,8 +218,7 @@ def test_receipt_is_rederived_byte_exactly_in_a_fresh_process(
     env = {
         key: value
         for key, value in os.environ.items()
-        if not key.startswith("TURNLEDGER_")
-        or key == "TURNLEDGER_DELETION_RECORD_DIR"
+        if not key.startswith("TURNLEDGER_") or key == "TURNLEDGER_DELETION_RECORD_DIR"
     }
     env.update(_environment(settings))
     root = Path(__file__).resolve().parents[2]

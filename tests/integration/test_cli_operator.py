@@ -346,3 +346,73 @@ def test_the_data_directory_holds_the_files_the_readme_names(
         path.name.removesuffix("-wal").removesuffix("-shm") for path in data.iterdir()
     }
     assert present == named
+
+
+def run_with_stderr_on_a_terminal(
+    argv: list[str], env: dict[str, str]
+) -> tuple[int, bytes, str]:
+    """Run the CLI with stderr on a pseudo-terminal, as a person at a shell sees it."""
+    import pty
+
+    leader, follower = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "turnledger.infra.cli", *argv],
+        stdout=subprocess.PIPE,
+        stderr=follower,
+        env=env,
+    )
+    os.close(follower)
+    out, _ = process.communicate(timeout=120)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:  # the terminal closed with the child
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(leader)
+    return process.returncode, out, seen.decode("utf-8", "replace")
+
+
+def test_long_waits_report_progress_on_a_terminal_and_keep_stdout_clean(
+    tmp_path: Path,
+) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TURNLEDGER_")}
+    env.update(
+        TURNLEDGER_DELETION_RECORD_DIR=os.environ["TURNLEDGER_DELETION_RECORD_DIR"],
+        TURNLEDGER_DATA_DIR=str(tmp_path / "data"),
+        TURNLEDGER_AUDIT_SIGNING_KEY=new_signing_key(),
+    )
+    ledger = open_conversations(Settings(_env_file=None, data_dir=tmp_path / "data"))
+    ledger.confirm_turn(
+        "alice",
+        ledger.start_conversation("alice"),
+        turn_id="t1",
+        question="q",
+        answer="a",
+    )
+    ledger.close()
+    code, out, progress = run_with_stderr_on_a_terminal(
+        ["export", "--owner", "alice"], env
+    )
+    assert code == 0
+    assert "exporting the conversations of alice" in progress
+    assert "exported 1 conversations, 1 turns" in progress
+    assert b"exporting" not in out and out.count(b"\n") == 4  # the export only
+    code, _, progress = run_with_stderr_on_a_terminal(
+        ["checkpoint", "--out", str(tmp_path / "checkpoints")], env
+    )
+    assert code == 0 and "hashing the log into its Merkle tree" in progress
+    code, _, progress = run_with_stderr_on_a_terminal(["purge"], env)
+    assert code == 0 and "purging: destroying deleted turns' keys" in progress
+    # Not on a terminal (a script, a pipe): not a word on stderr.
+    piped = subprocess.run(
+        [sys.executable, "-m", "turnledger.infra.cli", "export", "--owner", "alice"],
+        capture_output=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert piped.returncode == 0 and piped.stderr == b""

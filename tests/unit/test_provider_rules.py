@@ -2,7 +2,8 @@
 
 Random tool conversations whose call ids are reused across turns, invalid for
 some provider (``functions.f:0``, ``call@1``, 41 to 128 characters, the
-derived form itself), with parallel calls answered in any order, go through
+derived form itself), with parallel calls answered in any order and every
+provider's reasoning parts (for the window's model "m" or another), go through
 the window in all four formats under random byte limits; the body must break
 none of the providers' rules, stay within its limit, be a suffix of whole
 turns, and come out the same twice.
@@ -16,11 +17,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.provider_rules import violations
-from tests.strategies import sendable_text, tool_arguments, tool_names
+from tests.strategies import (
+    reasoning_parts,
+    sendable_text,
+    tool_arguments,
+    tool_names,
+)
 from turnledger.domain.errors import WindowError
 from turnledger.domain.parts import (
     AssistantStep,
     AssistantText,
+    Reasoning,
     Refusal,
     ToolCall,
     ToolResult,
@@ -28,6 +35,7 @@ from turnledger.domain.parts import (
 )
 from turnledger.projections.formats import WIRE_FORMATS
 from turnledger.projections.policy import WindowPolicy
+from turnledger.projections.reasoning import REASONING_FORMATS
 from turnledger.projections.window import WindowTurn, select_window
 
 # Ids some provider refuses, ids every turn reuses, and the derived form.
@@ -54,6 +62,8 @@ def rounds(draw: st.DrawFn) -> tuple[AssistantStep, ...]:
     ids = iter(draw(st.lists(call_ids, min_size=9, max_size=9, unique=True)))
     steps: list[AssistantStep] = []
     for _ in range(draw(st.integers(0, 3))):
+        if draw(st.booleans()):
+            steps.append(draw(reasoning_parts(models=("m", "other-model"))))
         said: list[AssistantStep] = [
             draw(
                 st.builds(AssistantText, sendable_text)
@@ -203,3 +213,40 @@ def test_the_validator_catches_what_the_providers_refuse() -> None:
     }
     found = violations("openai-chat", json.dumps(long_ids).encode())
     assert [v[:2] for v in found] == ["C1"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(turns=conversations(), wire_format=st.sampled_from(WIRE_FORMATS))
+def test_reasoning_goes_back_only_to_its_provider_and_model_and_is_reported(
+    turns: list[WindowTurn], wire_format: str
+) -> None:
+    policy = WindowPolicy(wire_format=wire_format, max_bytes=1_000_000)  # type: ignore[arg-type]
+    window = select_window(
+        model="m", system="S", turns=turns, question="?", policy=policy
+    )
+    body = window.body.decode()
+    dropped = {(d.turn_id, d.step): d.reason for d in window.dropped_reasoning}
+    for turn in turns:
+        for index, step in enumerate(turn.steps):
+            if not isinstance(step, Reasoning):
+                continue
+            reason = dropped.get((turn.turn_id, index))
+            if REASONING_FORMATS[step.provider] != wire_format:
+                assert reason == "other_format"
+            elif step.model != "m":
+                assert reason == "other_model"
+            elif reason is None:
+                payload = json.loads(step.payload)
+                sent = (
+                    json.dumps(payload["thoughtSignature"])
+                    if step.provider == "gemini"
+                    else json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
+                )
+                assert sent in body
+            else:
+                assert reason == "no_part" and step.provider == "gemini"
+    reasons = {d.reason for d in window.dropped_reasoning}
+    assert reasons <= {"other_format", "other_model", "no_part"}
+    assert window.report()["dropped_reasoning"] == [
+        d.summary() for d in window.dropped_reasoning
+    ]

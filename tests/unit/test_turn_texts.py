@@ -41,6 +41,7 @@ from turnledger.projections.turn_shapes import (
     arguments_json_many,
 )
 from turnledger.projections.window import OpenedTurn, WindowTurn
+from turnledger.projections.wire_ids import derived_id
 
 turns_with_parts = st.one_of(
     tool_turns(with_parts=True), abandoned_mid_tool(), tool_turns(with_parts=False)
@@ -66,6 +67,23 @@ def test_each_message_is_the_compact_json_of_its_document(
     ]
     for sent in (WindowTurn.of("t", turn), opened(turn)):
         assert [m.encode() for m in TURN_TEXTS[wire_format](sent)] == expected
+
+
+@settings(max_examples=150, deadline=None)
+@given(turn=turns_with_parts, wire_format=st.sampled_from(WIRE_FORMATS))
+def test_with_wire_ids_each_message_is_still_its_document(
+    turn: TurnParts, wire_format: str
+) -> None:
+    """Wire ids (projections/wire_ids.py) go into both renderings alike."""
+    calls = [s.call_id for s in turn.steps if isinstance(s, ToolCall)]
+    ids = {call: derived_id("t", index) for index, call in enumerate(calls)}
+    expected = [
+        encode_json(m) for m in TURN_SHAPES[wire_format](WindowTurn.of("t", turn), ids)
+    ]
+    for sent in (WindowTurn.of("t", turn), opened(turn)):
+        assert [
+            m.encode() for m in TURN_TEXTS[wire_format](sent, None, ids)
+        ] == expected
 
 
 @settings(max_examples=100, deadline=None)

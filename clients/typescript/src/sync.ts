@@ -1,0 +1,172 @@
+// The sync loop, with the Python client's semantics (docs/client.md): a pull
+// asks for the changes after the stored cursor, hands each batch to the
+// handler and only then saves the cursor that follows it, until the service
+// says `has_more: false`. Only a pull's first request long-polls.
+
+import type { Change, Client, SyncOut } from "./client.js";
+
+export interface CursorStore {
+  load(): string | null | Promise<string | null>;
+  save(cursor: string): void | Promise<void>;
+}
+
+/** A cursor kept as long as the object lives. */
+export class MemoryCursorStore implements CursorStore {
+  constructor(private cursor: string | null = null) {}
+  load(): string | null {
+    return this.cursor;
+  }
+  save(cursor: string): void {
+    this.cursor = cursor;
+  }
+}
+
+export type ChangeHandler = (changes: Change[]) => void | Promise<void>;
+
+export interface PullOptions {
+  /** seconds the first request waits when nothing is new */
+  timeout?: number;
+  limit?: number;
+  signal?: AbortSignal;
+}
+
+/** Pulls every change after the stored cursor; the number handed over. */
+export async function pull(
+  client: Client,
+  store: CursorStore,
+  handle: ChangeHandler,
+  options: PullOptions = {},
+): Promise<number> {
+  let cursor = await store.load();
+  let first = true;
+  let handed = 0;
+  for (;;) {
+    const page: SyncOut = await client.sync({
+      since: cursor,
+      timeout: first ? (options.timeout ?? 0) : 0,
+      limit: options.limit,
+      signal: options.signal,
+    });
+    if (page.changes.length > 0) await handle(page.changes);
+    // Without changes the cursor only moved past other users' events: not
+    // worth a durable write, the next pull skips them again.
+    if (page.changes.length > 0 || page.has_more) await store.save(page.next_cursor);
+    cursor = page.next_cursor;
+    handed += page.changes.length;
+    first = false;
+    if (!page.has_more) return handed;
+  }
+}
+
+/** Pulls with long-polls until `signal` aborts. Errors other than the abort
+ * go to `onError` (default: rethrow) and the loop waits `errorDelay` s. */
+export async function follow(
+  client: Client,
+  store: CursorStore,
+  handle: ChangeHandler,
+  options: PullOptions & {
+    signal: AbortSignal;
+    onError?: (error: unknown) => void;
+    errorDelay?: number;
+  },
+): Promise<void> {
+  const timeout = options.timeout ?? 30;
+  while (!options.signal.aborted) {
+    try {
+      await pull(client, store, handle, { ...options, timeout });
+    } catch (error) {
+      if (options.signal.aborted) return;
+      if (!options.onError) throw error;
+      options.onError(error);
+      await new Promise((resolve) => setTimeout(resolve, (options.errorDelay ?? 1) * 1000));
+    }
+  }
+}
+
+/** Whether a change is new, by (conversation, version): versions are
+ * contiguous per conversation, so a batch handed over again is skipped. */
+export class VersionFilter {
+  private readonly applied = new Map<string, number>();
+  isNew(change: Change): boolean {
+    const seen = this.applied.get(change.conversation_id) ?? 0;
+    if (change.version <= seen) return false;
+    this.applied.set(change.conversation_id, change.version);
+    return true;
+  }
+}
+
+export type TurnStatus = "confirmed" | "failed" | "stopped";
+
+export interface LocalTurn {
+  turnId: string;
+  version: number;
+  status: TurnStatus;
+  /** true: the text is gone here too (null question and answer) */
+  deleted: boolean;
+  question: string | null;
+  answer: string | null;
+  at: string;
+}
+
+export interface LocalConversation {
+  conversationId: string;
+  startedAt: string | null;
+  version: number;
+  turns: Map<string, LocalTurn>;
+}
+
+/** A device's copy of its user's conversations, kept by applying changes:
+ * a deletion drops the turns' text from the copy at once. */
+export class LocalCopy {
+  readonly conversations = new Map<string, LocalConversation>();
+  private readonly filter = new VersionFilter();
+
+  apply(changes: Change[]): void {
+    for (const change of changes) {
+      if (!this.filter.isNew(change)) continue;
+      const conversation = this.conversation(change.conversation_id);
+      conversation.version = change.version;
+      switch (change.kind) {
+        case "conversation_started":
+          conversation.startedAt = change.at;
+          break;
+        case "turn_recorded":
+          conversation.turns.set(change.turn_id, {
+            turnId: change.turn_id,
+            version: change.version,
+            status: change.status,
+            deleted: change.deleted,
+            question: change.deleted ? null : change.question,
+            answer: change.deleted ? null : change.answer,
+            at: change.at,
+          });
+          break;
+        case "history_deleted":
+          this.forget(conversation, change.whole_history ? null : change.turn_ids);
+          break;
+        default:
+          break;
+      }
+    }
+  }
+
+  private forget(conversation: LocalConversation, turnIds: string[] | null): void {
+    const ids = turnIds ?? [...conversation.turns.keys()];
+    for (const id of ids) {
+      const turn = conversation.turns.get(id);
+      if (turn === undefined) continue;
+      turn.deleted = true;
+      turn.question = null;
+      turn.answer = null;
+    }
+  }
+
+  private conversation(id: string): LocalConversation {
+    let conversation = this.conversations.get(id);
+    if (conversation === undefined) {
+      conversation = { conversationId: id, startedAt: null, version: 0, turns: new Map() };
+      this.conversations.set(id, conversation);
+    }
+    return conversation;
+  }
+}

@@ -1,0 +1,104 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import {
+  ConversationNotFoundError,
+  InvalidInputError,
+  NotFoundError,
+  ServiceError,
+  TurnConflictError,
+  TurnTooLargeError,
+  UnauthenticatedError,
+  VersionConflictError,
+} from "../../../infra/http/web/js/src/index.js";
+import { client, once, tokens, uniqueId } from "./env.mjs";
+
+test("a turn written twice with its id is recorded once, same receipt", async () => {
+  const api = client();
+  const { conversation_id: id } = await api.startConversation();
+  const turn = { question: "Hi", answer: "Hello", status: "confirmed" };
+  const first = await api.putTurn(id, "t1", turn);
+  const again = await api.putTurn(id, "t1", turn);
+  assert.deepEqual(again, first);
+  const history = await api.getHistory(id);
+  assert.equal(history.total_turns, 1);
+  assert.equal(history.items[0].question, "Hi");
+});
+
+test("a keyed conversation start sent again names the same conversation", async () => {
+  const api = client();
+  const key = uniqueId("key");
+  const first = await api.startConversation(key);
+  const again = await api.startConversation(key);
+  assert.equal(again.conversation_id, first.conversation_id);
+});
+
+test("error codes become their classes, with the body's fields", async () => {
+  const api = once();
+  const { conversation_id: id } = await api.startConversation();
+  await api.putTurn(id, "t1", { question: "q", answer: "a" });
+  await assert.rejects(api.putTurn(id, "t1", { question: "other", answer: "a" }), (error) => {
+    assert.ok(error instanceof TurnConflictError);
+    assert.equal(error.status, 409);
+    assert.equal(error.code, "turn_conflict");
+    return true;
+  });
+  await assert.rejects(
+    api.putTurn(id, "t2", { question: "q", answer: "a", expected_version: 1 }),
+    (error) => error instanceof VersionConflictError && error.currentVersion === 2,
+  );
+  await assert.rejects(
+    api.putTurn(id, "t3", { question: 5, answer: "a" }),
+    (error) => error instanceof InvalidInputError && error.code === "invalid_request",
+  );
+  await assert.rejects(
+    api.getConversation("00000000-0000-4000-8000-000000000000"),
+    ConversationNotFoundError,
+  );
+  await assert.rejects(
+    api.putTurn(id, "t4", { question: "x".repeat(3_000_000), answer: "" }),
+    (error) => error instanceof InvalidInputError,
+  );
+  await assert.rejects(once("not-a-token").listConversations(), UnauthenticatedError);
+});
+
+test("another user's conversation is answered as one that does not exist", async () => {
+  const { conversation_id: id } = await client().startConversation();
+  await assert.rejects(once(tokens.other).getHistory(id), ConversationNotFoundError);
+  await assert.rejects(
+    once(tokens.other).putTurn(id, "t1", { question: "q", answer: "a" }),
+    ConversationNotFoundError,
+  );
+  assert.equal((await client().getHistory(id)).total_turns, 0);
+});
+
+test("an unknown code is a ServiceError with that status and code", async () => {
+  await assert.rejects(
+    once().send({ method: "DELETE", path: "/v1/conversations" }),
+    (error) =>
+      error.constructor === ServiceError && error.status === 405 && error.code === "method_not_allowed",
+  );
+  await assert.rejects(
+    once().send({ method: "GET", path: "/v1/no-such-route" }),
+    (error) => error instanceof NotFoundError && error.code === "not_found",
+  );
+});
+
+test("the window and the fold are typed answers", async () => {
+  const api = client();
+  const { conversation_id: id } = await api.startConversation();
+  await api.putTurn(id, "t1", { question: "Hi", answer: "Hello" });
+  const window = await api.projectWindow(id, {
+    question: "Next?",
+    model: "gpt-4o",
+    policy: { wire_format: "anthropic-messages", max_tokens: 4000 },
+  });
+  assert.equal(window.wire_format, "anthropic-messages");
+  assert.deepEqual(window.kept_turn_ids, ["t1"]);
+  assert.equal(new TextEncoder().encode(window.body).length, window.byte_length);
+  const fold = await api.getFold(id);
+  assert.equal(fold.fold_id, null);
+});
+
+test("TurnTooLargeError is an InvalidInputError", () => {
+  assert.ok(TurnTooLargeError.prototype instanceof InvalidInputError);
+});

@@ -1,0 +1,226 @@
+// The HTTP API as typed calls over `fetch` (browsers and Node 20). The types
+// are the service's own, generated from its OpenAPI document (src/schema.ts);
+// retries follow src/retry.ts, errors src/errors.ts.
+import { errorFromResponse, ServiceUnreachableError } from "./errors.js";
+import { Attempts, DEFAULT_RETRY, retryAfterSeconds } from "./retry.js";
+/** The header that carries the log position for read-your-writes (docs/sync.md). */
+export const POSITION_HEADER = "TurnLedger-Position";
+// A long-poll is answered within its timeout; leave room for the round trips.
+const LONG_POLL_SLACK_MS = 15_000;
+const defaultSleep = (seconds) => new Promise((resolve) => setTimeout(resolve, seconds * 1000));
+function segment(value) {
+    return encodeURIComponent(value);
+}
+function newKey() {
+    return globalThis.crypto.randomUUID().replaceAll("-", "");
+}
+/** A device's view of the API. */
+export class Client {
+    token;
+    /** The last log position the service sent; sent back with every request. */
+    position = null;
+    baseUrl;
+    retry;
+    timeoutMs;
+    fetchImpl;
+    sleep;
+    constructor(baseUrl, token, options = {}) {
+        this.token = token;
+        this.baseUrl = baseUrl.replace(/\/+$/, "");
+        this.retry = options.retry ?? DEFAULT_RETRY;
+        this.timeoutMs = options.timeoutMs ?? 30_000;
+        this.fetchImpl = options.fetch ?? globalThis.fetch.bind(globalThis);
+        this.sleep = options.sleep ?? defaultSleep;
+    }
+    health() {
+        return this.send({ method: "GET", path: "/v1/health" });
+    }
+    /** 503 is an answer here (status "unavailable"), not a failure to retry. */
+    ready() {
+        return this.send({ method: "GET", path: "/v1/ready", expected: [200, 503] });
+    }
+    /** Always keyed, so a retry names the same conversation instead of a second. */
+    startConversation(clientKey = newKey()) {
+        return this.send({
+            method: "POST",
+            path: "/v1/conversations",
+            body: { client_key: clientKey },
+            expected: [201],
+        });
+    }
+    listConversations() {
+        return this.send({ method: "GET", path: "/v1/conversations" });
+    }
+    getConversation(conversationId) {
+        return this.send({ method: "GET", path: conversationPath(conversationId) });
+    }
+    getHistory(conversationId, offset = 0, limit = 50) {
+        return this.send({
+            method: "GET",
+            path: conversationPath(conversationId, "turns"),
+            query: { offset, limit },
+        });
+    }
+    /** The turn id is the idempotency key: the same PUT again returns the first
+     * receipt and writes nothing, so an unknown outcome is simply sent again. */
+    putTurn(conversationId, turnId, turn) {
+        return this.send({
+            method: "PUT",
+            path: conversationPath(conversationId, "turns", turnId),
+            body: turn,
+        });
+    }
+    projectWindow(conversationId, request) {
+        return this.send({
+            method: "POST",
+            path: conversationPath(conversationId, "window"),
+            body: request,
+        });
+    }
+    /** `turnIds` null: the whole history. Retried only without expectedVersion
+     * (deleting deleted turns deletes nothing; a stale version would be a 409). */
+    deleteHistory(conversationId, turnIds, expectedVersion) {
+        const body = turnIds === null ? { whole_history: true } : { turn_ids: turnIds };
+        return this.send({
+            method: "POST",
+            path: conversationPath(conversationId, "deletions"),
+            body: expectedVersion === undefined ? body : { ...body, expected_version: expectedVersion },
+            idempotent: expectedVersion === undefined,
+        });
+    }
+    /** Not retried: a second attempt would be a 409 fold_conflict (read getFold). */
+    recordFold(conversationId, fold) {
+        return this.send({
+            method: "POST",
+            path: conversationPath(conversationId, "folds"),
+            body: fold,
+            idempotent: false,
+            expected: [201],
+        });
+    }
+    getFold(conversationId, thresholdTokens) {
+        return this.send({
+            method: "GET",
+            path: conversationPath(conversationId, "fold"),
+            query: { threshold_tokens: thresholdTokens },
+        });
+    }
+    /** The changes after `since`; with `timeout` (s) a long-poll. */
+    sync(options = {}) {
+        const timeout = options.timeout ?? 0;
+        return this.send({
+            method: "GET",
+            path: "/v1/sync",
+            query: { since: options.since ?? undefined, timeout, limit: options.limit },
+            timeoutMs: this.timeoutMs + timeout * 1000 + LONG_POLL_SLACK_MS,
+            signal: options.signal,
+        });
+    }
+    listDevices() {
+        return this.send({ method: "GET", path: "/v1/devices" });
+    }
+    /** Not retried: a second attempt would mint a second token. */
+    addDevice(name) {
+        return this.send({
+            method: "POST",
+            path: "/v1/devices",
+            body: { name },
+            idempotent: false,
+            expected: [201],
+        });
+    }
+    revokeDevice(deviceId) {
+        return this.send({ method: "DELETE", path: `/v1/devices/${segment(deviceId)}` });
+    }
+    purgeStatus() {
+        return this.send({ method: "GET", path: "/v1/purge" });
+    }
+    /** The newest signed checkpoint (404 proof_unavailable when there is none). */
+    getCheckpoint() {
+        return this.send({ method: "GET", path: "/v1/audit/checkpoint" });
+    }
+    /** The inclusion proof of the event at `version` (a sync change's version). */
+    getInclusionProof(conversationId, version) {
+        return this.send({
+            method: "GET",
+            path: conversationPath(conversationId, "events", String(version), "proof"),
+        });
+    }
+    /** Sends `call`, retrying as src/retry.ts says; the parsed answer or the
+     * error its code names. */
+    async send(call) {
+        const attempts = new Attempts(this.retry, call.idempotent ?? true);
+        for (;;) {
+            let response;
+            try {
+                response = await this.fetchOnce(call);
+            }
+            catch (error) {
+                if (call.signal?.aborted)
+                    throw error;
+                const wait = attempts.afterNetworkError(neverSent(error));
+                if (wait === null)
+                    throw new ServiceUnreachableError(attempts.count, error);
+                await this.sleep(wait);
+                continue;
+            }
+            this.position = response.headers.get(POSITION_HEADER) ?? this.position;
+            const payload = await readPayload(response);
+            if ((call.expected ?? [200]).includes(response.status))
+                return payload;
+            const retryAfter = retryAfterSeconds(response.headers.get("Retry-After"));
+            const error = errorFromResponse(response.status, payload, retryAfter);
+            const wait = attempts.afterResponse(response.status, error.code, retryAfter);
+            if (wait === null)
+                throw error;
+            await this.sleep(wait);
+        }
+    }
+    async fetchOnce(call) {
+        const params = new URLSearchParams();
+        for (const [name, value] of Object.entries(call.query ?? {})) {
+            if (value !== undefined)
+                params.set(name, String(value));
+        }
+        const query = params.toString();
+        // baseUrl "" sends same-origin requests (the web page).
+        const target = this.baseUrl + call.path + (query ? `?${query}` : "");
+        const headers = {
+            Authorization: `Bearer ${this.token}`,
+            Accept: "application/json",
+        };
+        if (call.body !== undefined)
+            headers["Content-Type"] = "application/json";
+        if (this.position !== null)
+            headers[POSITION_HEADER] = this.position;
+        const timeout = AbortSignal.timeout(call.timeoutMs ?? this.timeoutMs);
+        const signal = call.signal ? AbortSignal.any([call.signal, timeout]) : timeout;
+        return this.fetchImpl(target, {
+            method: call.method,
+            headers,
+            body: call.body === undefined ? undefined : JSON.stringify(call.body),
+            signal,
+            credentials: "omit",
+            cache: "no-store",
+        });
+    }
+}
+function conversationPath(conversationId, ...rest) {
+    return ["/v1/conversations", conversationId, ...rest].map((part, index) => index === 0 ? part : segment(part)).join("/");
+}
+async function readPayload(response) {
+    const text = await response.text();
+    try {
+        return JSON.parse(text);
+    }
+    catch {
+        return text;
+    }
+}
+/** Whether a fetch error means the connection was never made (Node's undici
+ * says so in `cause.code`; a browser does not say, so it counts as unknown). */
+function neverSent(error) {
+    const cause = error?.cause;
+    const code = typeof cause?.code === "string" ? cause.code : "";
+    return ["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "UND_ERR_CONNECT_TIMEOUT"].includes(code);
+}

@@ -1,0 +1,5 @@
+export * from "./client.js";
+export * from "./errors.js";
+export * from "./proof.js";
+export * from "./retry.js";
+export * from "./sync.js";

@@ -1,0 +1,185 @@
+// The inspector: the window the service would send for a conversation under
+// a chosen format, budget and policy, why each turn is in or out, the fold,
+// a content-free receipt, and the audit side (checkpoint, inclusion proof
+// verified here with WebCrypto).
+import { ProofUnavailableError, ServiceError } from "../src/errors.js";
+import { bytesToHex, sha256, verifyInclusionProof } from "../src/proof.js";
+import { byId, el, replaceChildren } from "./dom.js";
+/** Presets fill the budget fields; every field can then be changed. */
+const PRESETS = {
+    default: {
+        max_bytes: 1_048_576, max_tokens: 4000, max_messages: 25, context_tokens: null,
+        floor_messages: 10, fold_threshold_tokens: 2000, reserved_output_tokens: 1000,
+    },
+    tokens: {
+        max_bytes: 1_048_576, max_tokens: 60, max_messages: null, context_tokens: null,
+        floor_messages: 0, fold_threshold_tokens: 30, reserved_output_tokens: 16,
+    },
+    count: {
+        max_bytes: 1_048_576, max_tokens: null, max_messages: 4, context_tokens: null,
+        floor_messages: 0, fold_threshold_tokens: 2000, reserved_output_tokens: 16,
+    },
+    bytes: {
+        max_bytes: 900, max_tokens: null, max_messages: null, context_tokens: null,
+        floor_messages: 0, fold_threshold_tokens: 2000, reserved_output_tokens: 16,
+    },
+    context: {
+        max_bytes: 1_048_576, max_tokens: null, max_messages: null, context_tokens: 150,
+        floor_messages: 0, fold_threshold_tokens: 2000, reserved_output_tokens: 50,
+    },
+};
+const LIMIT_FIELDS = Object.keys(PRESETS.default);
+function input(id) {
+    return byId(id);
+}
+export function applyPreset(name) {
+    const preset = PRESETS[name] ?? PRESETS.default;
+    for (const field of LIMIT_FIELDS) {
+        const value = preset[field];
+        input(`limit-${field}`).value = value === null ? "" : String(value);
+    }
+}
+/** The policy the fields describe; an empty field switches its limit off. */
+export function policyFromFields() {
+    const policy = {
+        wire_format: byId("window-format").value,
+    };
+    for (const field of LIMIT_FIELDS) {
+        const text = input(`limit-${field}`).value.trim();
+        policy[field] = text === "" ? null : Number.parseInt(text, 10);
+    }
+    return policy;
+}
+export function renderInspectorChoices(session, selection) {
+    const select = byId("inspector-conversation");
+    const ids = [...session.copy.conversations.keys()];
+    const current = select.value || selection.conversationId || "";
+    replaceChildren(select, ...ids.map((id) => el("option", { value: id }, id)));
+    if (ids.includes(current))
+        select.value = current;
+    const proofTurn = byId("proof-turn");
+    const before = proofTurn.value;
+    const conversation = session.copy.conversations.get(select.value);
+    const turns = conversation ? [...conversation.turns.values()] : [];
+    replaceChildren(proofTurn, ...turns.map((turn) => el("option", { value: String(turn.version), "data-turn-id": turn.turnId }, `${turn.turnId} (version ${turn.version})`)));
+    if (turns.some((turn) => String(turn.version) === before))
+        proofTurn.value = before;
+}
+export async function showWindow(session) {
+    const conversationId = byId("inspector-conversation").value;
+    const status = byId("inspector-status");
+    if (!conversationId) {
+        status.textContent = "Pick a conversation first.";
+        return;
+    }
+    const policy = policyFromFields();
+    status.textContent = "Projecting…";
+    try {
+        const window = await session.client.projectWindow(conversationId, {
+            question: byId("window-question").value,
+            system: byId("window-system").value,
+            model: input("window-model").value,
+            tokenizer: byId("window-tokenizer").value,
+            policy,
+        });
+        const conversation = session.copy.conversations.get(conversationId);
+        const turns = conversation ? [...conversation.turns.values()] : [];
+        renderWindow(window, turns, policy);
+        await renderReceipt(window, policy);
+        const fold = await session.client.getFold(conversationId, policy.fold_threshold_tokens ?? undefined);
+        replaceChildren(byId("fold-status"), el("li", {}, `Fold: ${fold.fold_id ?? "none"}${fold.covers_through_turn_id ? `, covers through ${fold.covers_through_turn_id}` : ""}`), el("li", {}, `Sent in this window: ${window.fold_sent ? "yes" : "no"}`), el("li", {}, `Unfolded tokens: ${fold.unfolded_tokens} of a ${fold.threshold_tokens}-token threshold`), el("li", { "data-fold-due": String(fold.due) }, fold.due ? "A new fold is due." : "No fold is due."));
+        status.textContent = `Window of ${window.byte_length} bytes, ${window.kept_turn_ids.length} turn(s) kept.`;
+    }
+    catch (error) {
+        status.textContent = `No window: ${describe(error)}`;
+    }
+}
+function renderWindow(window, turns, policy) {
+    byId("window-body").textContent = window.body;
+    const kept = new Set(window.kept_turn_ids);
+    const dropped = new Map();
+    for (const item of (window.report.dropped ?? [])) {
+        dropped.set(item.turn_id, item.reason);
+    }
+    const rows = turns.map((turn) => {
+        const [state, reason] = kept.has(turn.turnId)
+            ? ["kept", ""]
+            : dropped.has(turn.turnId)
+                ? ["dropped", dropped.get(turn.turnId) ?? ""]
+                : turn.deleted
+                    ? ["dropped", "deleted"]
+                    : turn.status !== "confirmed"
+                        ? ["dropped", "abandoned"]
+                        : ["not-seen", "newer than the window"];
+        return el("tr", { "data-turn-id": turn.turnId, "data-state": state, "data-reason": reason }, el("td", {}, turn.turnId), el("td", {}, state), el("td", {}, reason));
+    });
+    replaceChildren(byId("window-turns"), ...rows);
+    const limits = byId("window-budgets");
+    const keptMessages = window.kept_turn_ids.length * 2;
+    const reserve = policy.reserved_output_tokens ?? 0;
+    replaceChildren(limits, budget("bytes", "Body bytes (hard limit)", window.byte_length, window.max_bytes), budget("tokens", "History tokens", window.history_tokens, policy.max_tokens ?? null), budget("messages", "History messages", keptMessages, policy.max_messages ?? null), budget("context", "Context: body tokens + reply reserve", window.estimated_tokens + reserve, policy.context_tokens ?? null));
+}
+function budget(name, label, used, limit) {
+    const id = `budget-${name}`;
+    const text = limit === null ? `${used} (no limit)` : `${used} of ${limit}`;
+    return el("div", { class: "budget", "data-budget": name }, el("label", { for: id }, `${label}: ${text}`), el("meter", {
+        id,
+        min: "0",
+        max: String(limit ?? Math.max(used, 1)),
+        value: String(used),
+        high: String(limit === null ? used + 1 : limit * 0.9),
+    }));
+}
+async function renderReceipt(window, policy) {
+    const digest = bytesToHex(await sha256(new TextEncoder().encode(window.body)));
+    const receipt = {
+        ledger_version: window.ledger_version,
+        policy,
+        token_counter: window.token_counter,
+        turn_ids: window.kept_turn_ids,
+        body_bytes: window.byte_length,
+        body_sha256: digest,
+    };
+    byId("window-receipt").textContent = JSON.stringify(receipt, null, 2);
+}
+export async function showCheckpoint(session) {
+    const target = byId("checkpoint-info");
+    try {
+        const checkpoint = await session.client.getCheckpoint();
+        const ageSeconds = Math.max(0, Math.round((Date.now() - Date.parse(checkpoint.timestamp)) / 1000));
+        replaceChildren(target, el("li", { "data-tree-size": String(checkpoint.tree_size) }, `Size: ${checkpoint.tree_size} events`), el("li", { "data-age-seconds": String(ageSeconds) }, `Age: ${ageSeconds} s (signed ${checkpoint.timestamp})`), el("li", {}, `Key id: ${checkpoint.key_id}`));
+    }
+    catch (error) {
+        replaceChildren(target, el("li", {}, error instanceof ProofUnavailableError ? `No checkpoint: ${error.message}` : String(error)));
+    }
+}
+export async function verifyProof(session) {
+    const result = byId("proof-result");
+    const conversationId = byId("inspector-conversation").value;
+    const version = Number.parseInt(byId("proof-turn").value, 10);
+    result.removeAttribute("data-result");
+    if (!conversationId || Number.isNaN(version)) {
+        result.textContent = "Pick a conversation and a turn first.";
+        return;
+    }
+    result.textContent = "Verifying…";
+    try {
+        const proof = await session.client.getInclusionProof(conversationId, version);
+        const check = await verifyInclusionProof(proof, input("pinned-key").value || null);
+        result.dataset.result = check.ok ? "verified" : "failed";
+        result.textContent = check.ok
+            ? `Verified in this browser: event ${version} is leaf ${proof.leaf_index} of the ${proof.checkpoint.tree_size}-event checkpoint, signed by key ${proof.checkpoint.key_id}${check.keyPinned ? " (pinned)" : " (the key written in the checkpoint: pin one to check who signed)"}.`
+            : `Verification FAILED: ${check.reason}.`;
+    }
+    catch (error) {
+        result.dataset.result = "unavailable";
+        result.textContent = `No proof: ${String(error)}`;
+    }
+}
+/** An error with the fields the service named, for the status line. */
+export function describe(error) {
+    if (!(error instanceof ServiceError) || !error.details)
+        return String(error);
+    const fields = error.details.map((d) => `${d.location.slice(1).join(".")}: ${d.message}`);
+    return `${error.message} (${fields.join("; ")})`;
+}
