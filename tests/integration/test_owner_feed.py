@@ -27,6 +27,7 @@ from psycopg import sql
 
 from turnledger.infra.http.app import create_app
 from turnledger.infra.persistence import open_conversations
+from turnledger.infra.read_side import rebuild_read_side
 from turnledger.infra.service_layer.application import Conversations
 from turnledger.infra.service_layer.feed import Change, ConversationFeed
 from turnledger.infra.settings import Settings
@@ -347,3 +348,36 @@ def test_a_cursor_the_release_before_issued_resumes_over_http(
             "/v1/sync", params={"since": body["next_cursor"]}, headers=auth
         )
         assert again.json()["changes"] == []
+
+
+def _empty_index(ledger: Conversations, settings: Settings) -> None:
+    if settings.persistence == "memory":
+        ledger.recorder._owner_feed.clear()  # type: ignore[attr-defined]
+    elif settings.persistence == "sqlite":
+        with sqlite3.connect(settings.sqlite_events_path) as connection:
+            connection.execute("DELETE FROM owner_feed")
+    else:
+        with psycopg.connect(settings.postgres_conninfo()) as connection:
+            connection.execute(
+                sql.SQL("DELETE FROM {}").format(
+                    sql.Identifier(settings.postgres_schema, "owner_feed")
+                )
+            )
+
+
+def test_rebuilding_the_read_side_rebuilds_the_index(
+    ledger: Conversations, settings: Settings
+) -> None:
+    _write_some(ledger, "r")
+    feed = ConversationFeed(ledger)
+    before = {owner: fed_changes(feed, owner, 0, 100) for owner in ("ann", "ben")}
+    _empty_index(ledger, settings)
+    assert fed_changes(feed, "ann", 0, 100) == []
+    rebuild_read_side(ledger)
+    for owner in ("ann", "ben"):
+        after = fed_changes(feed, owner, 0, 100)
+        assert after == before[owner] == scanned_changes(ledger, feed, owner, 0)
+    # Writes after the rebuild are indexed as before.
+    conversation = ledger.start_conversation("ann")
+    ledger.confirm_turn("ann", conversation, turn_id="n1", question="q", answer="a")
+    assert fed_changes(feed, "ann", 0, 100) == scanned_changes(ledger, feed, "ann", 0)
