@@ -104,7 +104,10 @@ def node() -> str:
     return found
 
 
-@pytest.fixture(scope="session")
+# Package scope, not session: Playwright's sync API keeps an event loop running
+# in the main thread until it stops, and every later test that calls
+# asyncio.run (the async client, the adapters) would fail behind it.
+@pytest.fixture(scope="package")
 def browser() -> Iterator[Any]:
     try:
         from playwright.sync_api import sync_playwright
