@@ -3,7 +3,8 @@
     TurnLedgerError
     ├── InvalidInputError            bad argument: wrong type, malformed id, bad text
     │   ├── TurnTooLargeError        a turn's text exceeds the per-turn byte limit
-    │   └── WindowMismatchError      a window handed to confirm_turn is not this turn's
+    │   ├── WindowMismatchError      a window handed to confirm_turn is not this turn's
+    │   └── CursorExpiredError       a sync cursor from before a restore of the store
     ├── ConversationNotFoundError    unknown conversation, or not the caller's
     ├── TurnNotFoundError            a named turn is not in the conversation
     ├── TurnConflictError            a turn id is reused for different content
@@ -90,6 +91,22 @@ class WindowMismatchError(InvalidInputError):
     def __init__(self, conversation_id: UUID, reason: str) -> None:
         self.conversation_id = conversation_id
         super().__init__("window", f"cannot be kept as this turn's receipt: {reason}")
+
+
+class CursorExpiredError(InvalidInputError):
+    """Raised when a sync cursor was issued before the store was restored from
+    an older backup and names a log position the restored log does not hold:
+    the device must sync again from the beginning."""
+
+    def __init__(self) -> None:
+        # No position in the message: cursors are sealed so that nobody
+        # learns how far the whole log has grown.
+        super().__init__(
+            "since",
+            "was issued before the store was restored from an older backup: "
+            "sync again from the beginning (omit 'since') and replace what "
+            "this device holds",
+        )
 
 
 class ConversationNotFoundError(TurnLedgerError, LookupError):

@@ -5,7 +5,10 @@ such a backup is restored, the record (which the backup did not roll back)
 names keys the store has not destroyed: they are destroyed again, the turns
 that still stand in the restored log are deleted again there (so every read,
 device and audit sees them deleted), and the key store is compacted, all
-before the store serves anything. docs/deletion.md, "Restores".
+before the store serves anything. Such a restore also starts a new cursor
+epoch (infra/http/cursor.py): devices whose cursors the restored log no longer
+extends are told to sync again, however far the log grows afterwards.
+docs/deletion.md, "Restores".
 """
 
 from __future__ import annotations
@@ -16,8 +19,10 @@ import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from uuid import UUID
 
+import orjson
 from eventsourcing.persistence import Tracking
 
 from turnledger.infra.deletion_record import (
@@ -27,6 +32,7 @@ from turnledger.infra.deletion_record import (
     KeyRef,
     RecordState,
 )
+from turnledger.infra.http.cursor import INITIAL_EPOCH, CursorEpoch
 from turnledger.infra.keystore import KeyStore
 from turnledger.infra.service_layer.application import Conversations
 
@@ -34,6 +40,8 @@ _log = logging.getLogger(__name__)
 
 # The key store's metadata naming the record it follows.
 RECORD_META = "deletion_record_id"
+# ... holding the cursor epoch (JSON: current, previous, head).
+EPOCH_META = "cursor_epoch"
 # Who a deletion redone after a restore is recorded as deleted by.
 RESTORE_ACTOR = "turnledger:restore-check"
 
@@ -57,6 +65,9 @@ class RestoreReport:
     # restore lost, and positions later events will reuse.
     log_head: int = 0
     recorded_position: int = 0
+    # The cursor epoch the store is in after the check (a new one if it found
+    # a restore).
+    cursor_epoch: CursorEpoch = INITIAL_EPOCH
 
     @property
     def log_rewound(self) -> bool:
@@ -79,6 +90,8 @@ class RestoreReport:
                 if self.log_rewound
                 else ""
             )
+            + "; a new cursor epoch began: a cursor from before it past position "
+            f"{self.cursor_epoch.head} is answered cursor_expired"
         )
 
 
@@ -152,13 +165,21 @@ def _check(
         store.deletion_record = record  # every later destruction is recorded
     missing = {key for key in state.ids if key not in destroyed}
     behind = state.entries_naming(missing)
+    log_head = ledger.recorder.max_notification_id() or 0
+    epoch = read_cursor_epoch(store)
+    if missing and apply:
+        # Before anything is redone: the redone deletions are new events at
+        # positions past the restored head, which old cursors may name.
+        epoch = next_cursor_epoch(epoch, log_head)
+        store.write_meta(EPOCH_META, _epoch_json(epoch))
     report = RestoreReport(
         record.path,
         deletions_behind=behind,
         keys_behind=len(missing),
         adopted=adopted,
-        log_head=ledger.recorder.max_notification_id() or 0,
+        log_head=log_head,
         recorded_position=state.max_position,
+        cursor_epoch=epoch,
     )
     if missing and not apply:
         raise DeletionRecordError(
@@ -254,7 +275,57 @@ def _redo(
         adopted=report.adopted,
         log_head=report.log_head,
         recorded_position=report.recorded_position,
+        cursor_epoch=report.cursor_epoch,
     )
+
+
+def read_cursor_epoch(store: KeyStore) -> CursorEpoch:
+    """The store's cursor epoch (epoch 0 if it was never found restored)."""
+    value = store.read_meta(EPOCH_META)
+    if value is None:
+        return INITIAL_EPOCH
+    try:
+        fields = orjson.loads(value)
+        return CursorEpoch(
+            current=_epoch_number(fields["current"]),
+            previous=_epoch_number(fields["previous"]),
+            head=_epoch_number(fields["head"]),
+        )
+    except (ValueError, KeyError, TypeError):
+        # Unreadable: refuse every cursor from an epoch it cannot vouch for.
+        _log.warning("turnledger: WARNING: the cursor epoch is unreadable")
+        return CursorEpoch(current=_new_epoch(), previous=0, head=0)
+
+
+def next_cursor_epoch(epoch: CursorEpoch, log_head: int) -> CursorEpoch:
+    """The epoch after a restore whose log ended at `log_head`. Random, not
+    counted: restoring the same backup twice must not bring back an epoch
+    whose cursors the first restore's log issued."""
+    return CursorEpoch(current=_new_epoch(), previous=epoch.current, head=log_head)
+
+
+def epoch_of(ledger: Conversations) -> CursorEpoch:
+    """The cursor epoch the opening of `ledger` found or began."""
+    report: RestoreReport | None = ledger.restore_report
+    return INITIAL_EPOCH if report is None else report.cursor_epoch
+
+
+def _new_epoch() -> int:
+    return 1 + secrets.randbelow(2**64 - 1)
+
+
+def _epoch_number(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(value)
+    if not 0 <= value < 2**64:
+        raise ValueError(value)
+    return value
+
+
+def _epoch_json(epoch: CursorEpoch) -> str:
+    return orjson.dumps(
+        {"current": epoch.current, "previous": epoch.previous, "head": epoch.head}
+    ).decode()
 
 
 def _group(ids: Iterable[KeyRef]) -> dict[UUID, set[str]]:

@@ -9,6 +9,11 @@ are not in the same transaction as `save` applies changes by
 conversation (`VersionFilter`). An application that keeps its data in a
 database can implement `save` in the same transaction as its writes instead
 and get each change exactly once without the filter.
+
+Cursors are opaque: never parse or compare them. After the store was restored
+from an older backup, a cursor from before the restore may be answered with
+`CursorExpiredError` (docs/sync.md, "Cursors"): drop the local copy, save
+nothing, and pull again from the beginning (a store whose `load` returns None).
 """
 
 from __future__ import annotations

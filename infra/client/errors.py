@@ -22,6 +22,7 @@ from uuid import UUID
 
 from turnledger.domain.errors import (
     ConversationNotFoundError,
+    CursorExpiredError,
     DatabaseUnavailableError,
     DeviceNotFoundError,
     FoldConflictError,
@@ -178,6 +179,7 @@ def _long_polls(body: ErrorBody, context: Context) -> TurnLedgerError:
 _BUILDERS: dict[str, Callable[[ErrorBody, Context], Exception]] = {
     "turn_too_large": _turn_too_large,
     "invalid_input": _invalid_input,
+    "cursor_expired": lambda body, _: CursorExpiredError(),
     "invalid_request": _invalid_input,
     "malformed_json": lambda body, _: InvalidInputError("body", body.message),
     "body_too_large": lambda body, _: InvalidInputError("body", body.message),

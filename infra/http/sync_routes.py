@@ -32,6 +32,7 @@ from turnledger.infra.http.service import (
     current_device,
     get_service,
 )
+from turnledger.infra.restore import epoch_of
 from turnledger.infra.service_layer.feed import (
     Change,
     ChangeBatch,
@@ -96,8 +97,9 @@ async def sync(
 ) -> Response:
     user_id = device.user_id
     position, wal = (0, 0)
+    epoch = epoch_of(service.ledger)  # a restore voids older cursors
     if since is not None:
-        position, wal = service.cursors.decode_at(user_id, since)
+        position, wal = service.cursors.decode_at(user_id, since, epoch)
     wal = max(wal, service.required_position(device, wal_position))
     wait = min(timeout, service.settings.sync_max_wait_seconds)
     if wait > 0 and not service.signals.closing:
@@ -109,7 +111,7 @@ async def sync(
         read = await run_in_threadpool(_pull, service, user_id, position, wal, limit)
     # A SyncOut, spliced from the changes' JSON (the response_model above
     # documents it; tests/integration/test_shared_reads.py compares the two).
-    cursor = service.cursors.encode(user_id, read.batch.position, read.at)
+    cursor = service.cursors.encode(user_id, read.batch.position, read.at, epoch)
     body = b"".join(
         (
             b'{"changes":',

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from turnledger.domain.errors import (
     ConversationNotFoundError,
+    CursorExpiredError,
     DeviceNotFoundError,
     FoldConflictError,
     InvalidInputError,
@@ -26,6 +27,7 @@ from turnledger.domain.errors import (
 # Most specific first: the first matching class decides.
 ERROR_STATUS: list[tuple[type[TurnLedgerError], int, str]] = [
     (TurnTooLargeError, 413, "turn_too_large"),
+    (CursorExpiredError, 422, "cursor_expired"),
     (InvalidInputError, 422, "invalid_input"),
     (UnauthenticatedError, 401, "unauthenticated"),
     (ConversationNotFoundError, 404, "conversation_not_found"),

@@ -14,6 +14,7 @@ import pytest
 
 from turnledger.domain.errors import (
     ConversationNotFoundError,
+    CursorExpiredError,
     DatabaseUnavailableError,
     DeviceNotFoundError,
     FoldConflictError,
@@ -88,6 +89,7 @@ CASES: list[tuple[TurnLedgerError, Context]] = [
         Context(),
     ),
     (WindowError("no window"), Context()),
+    (CursorExpiredError(), Context()),
     (
         LongPollLimitError("device", 4, "TURNLEDGER_HTTP_MAX_LONG_POLLS_PER_DEVICE"),
         Context(),

@@ -47,6 +47,11 @@ export class InvalidInputError extends ServiceError {
   override name = "InvalidInputError";
 }
 /** 413 turn_too_large: one turn over the service's size limit. */
+/** 422 cursor_expired: the cursor predates a restore of the store from an
+ * older backup; sync again from the beginning and replace the local copy. */
+export class CursorExpiredError extends InvalidInputError {
+  override name = "CursorExpiredError";
+}
 export class TurnTooLargeError extends InvalidInputError {
   override name = "TurnTooLargeError";
 }
@@ -139,6 +144,7 @@ type ErrorClass = new (
 export const ERROR_CLASSES: Readonly<Record<string, ErrorClass>> = {
   turn_too_large: TurnTooLargeError,
   invalid_input: InvalidInputError,
+  cursor_expired: CursorExpiredError,
   invalid_request: InvalidInputError,
   malformed_json: InvalidInputError,
   body_too_large: InvalidInputError,
