@@ -28,6 +28,7 @@ from hypothesis.stateful import (
 
 from turnledger.domain.errors import TurnLedgerError
 from turnledger.infra.persistence import open_conversations
+from turnledger.infra.postgres import PostgresReadSideRecorder
 from turnledger.infra.read_side import compare_read_sides, live_rows, replay_log
 from turnledger.infra.service_layer.application import Conversations
 from turnledger.infra.settings import Settings
@@ -261,7 +262,7 @@ def test_postgres_batches_too_large_for_one_statement_take_the_librarys_insert(
 ) -> None:
     # Live batches are far below the limit; a lowered limit sends this import
     # through the library's pipelined insert, rows written table by table.
-    monkeypatch.setattr("turnledger.infra.postgres._ROWS_PER_STATEMENT", 2)
+    monkeypatch.setattr(PostgresReadSideRecorder, "rows_per_statement", 2)
     library_inserts: list[int] = []
     library_insert = PostgresApplicationRecorder.insert_events
 

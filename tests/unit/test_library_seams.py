@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("domain", "projections", "infra")
 COMPAT = ROOT / "infra" / "library_compat.py"
 # Where events and aggregates are built, mapped and stored.
-EVENT_CODE = ("domain/conversation.py", "infra/service_layer", "infra/postgres.py")
+EVENT_CODE = ("domain/conversation.py", "infra/service_layer", "infra/postgres")
 
 
 def _sources() -> list[Path]:

@@ -1,0 +1,233 @@
+"""The PostgreSQL recorder's read-side queries: conversation heads, turn and
+fold rows as of a version, and the per-user feed."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
+from uuid import UUID
+
+from eventsourcing.persistence import (
+    Notification,
+)
+from eventsourcing.postgres import PostgresDatastore
+from psycopg import sql
+
+from turnledger.infra.postgres_sql import SchemaTables
+from turnledger.infra.read_side_sql import (
+    CONVERSATION_COLUMNS,
+    FOLD_COLUMNS,
+    TURN_COLUMNS,
+    conversation_row,
+    fold_row,
+    turn_row,
+)
+from turnledger.projections.ledger_rows import (
+    ConversationRow,
+    FoldRow,
+    TurnRow,
+)
+
+
+class PostgresReadQueries(SchemaTables):
+    """The queries of `PostgresReadSideRecorder` (infra/postgres_recorder.py)."""
+
+    datastore: PostgresDatastore
+    _select_owner_events: dict[bool, sql.Composed]
+
+    def select_owner_notifications(
+        self, owner_id: str, after: int, limit: int, topics: Sequence[str] = ()
+    ) -> list[Notification]:
+        """The owner's events after log position `after`, oldest first, through
+        the per-user feed index (infra/owner_feed.py)."""
+        params: list[Any] = [owner_id, after]
+        if topics:
+            params.append(list(topics))
+        params.append(limit)
+        rows = self._select(self._select_owner_events[bool(topics)], params)
+        return [
+            Notification(
+                id=row["notification_id"],
+                originator_id=row["originator_id"],
+                originator_version=row["originator_version"],
+                topic=row["topic"],
+                state=bytes(row["state"]),
+            )
+            for row in rows
+        ]
+
+    def _select(self, statement: sql.Composable, params: Sequence[Any]) -> list[Any]:
+        with self.datastore.get_connection() as conn, conn.cursor() as curs:
+            curs.execute(statement, params, prepare=True)
+            return list(curs.fetchall())
+
+    def conversations(self, ids: Collection[UUID]) -> dict[UUID, ConversationRow]:
+        if not ids:
+            return {}
+        rows = self._select(
+            sql.SQL("SELECT {} FROM {} WHERE conversation_id = ANY(%s)").format(
+                sql.SQL(CONVERSATION_COLUMNS), self._table("conversation_heads")
+            ),
+            (list(ids),),
+        )
+        decoded = [conversation_row(row) for row in rows]
+        return {row.conversation_id: row for row in decoded}
+
+    def heads_and_turns(
+        self, turn_ids: Mapping[UUID, Collection[str]]
+    ) -> tuple[dict[UUID, ConversationRow], dict[UUID, dict[str, TurnRow]]]:
+        pairs = [(c, t) for c, ids in turn_ids.items() for t in ids]
+        with (
+            self.datastore.get_connection() as conn,
+            conn.cursor() as heads_cursor,
+            conn.cursor() as turns_cursor,
+        ):
+            # Both statements go in one round trip.
+            with conn.pipeline():
+                heads_cursor.execute(
+                    sql.SQL("SELECT {} FROM {} WHERE conversation_id = ANY(%s)").format(
+                        sql.SQL(CONVERSATION_COLUMNS), self._table("conversation_heads")
+                    ),
+                    (list(turn_ids),),
+                    prepare=True,
+                )
+                turns_cursor.execute(
+                    sql.SQL(
+                        "SELECT {} FROM {} WHERE (conversation_id, turn_id) IN "
+                        "(SELECT * FROM unnest(%s::uuid[], %s::text[]))"
+                    ).format(sql.SQL(TURN_COLUMNS), self._table("conversation_turns")),
+                    ([c for c, _ in pairs], [t for _, t in pairs]),
+                    prepare=True,
+                )
+            heads = [conversation_row(row) for row in heads_cursor.fetchall()]
+            turns = [turn_row(row) for row in turns_cursor.fetchall()]
+        found: dict[UUID, dict[str, TurnRow]] = {}
+        for turn in turns:
+            found.setdefault(turn.conversation_id, {})[turn.turn_id] = turn
+        return {row.conversation_id: row for row in heads}, found
+
+    def conversations_of(self, owner_id: str) -> list[ConversationRow]:
+        return [
+            conversation_row(row)
+            for row in self._select(
+                sql.SQL(
+                    "SELECT {} FROM {} WHERE owner_id = %s "
+                    "ORDER BY created_at, conversation_id"
+                ).format(
+                    sql.SQL(CONVERSATION_COLUMNS), self._table("conversation_heads")
+                ),
+                (owner_id,),
+            )
+        ]
+
+    def turns_by_id(
+        self, conversation_id: UUID, turn_ids: Collection[str]
+    ) -> dict[str, TurnRow]:
+        if not turn_ids:
+            return {}
+        rows = self._select(
+            sql.SQL(
+                "SELECT {} FROM {} WHERE conversation_id = %s AND turn_id = ANY(%s)"
+            ).format(sql.SQL(TURN_COLUMNS), self._table("conversation_turns")),
+            (conversation_id, list(turn_ids)),
+        )
+        decoded = [turn_row(row) for row in rows]
+        return {row.turn_id: row for row in decoded}
+
+    def turns_page(
+        self, conversation_id: UUID, *, offset: int, limit: int, as_of: int
+    ) -> list[TurnRow]:
+        return [
+            turn_row(row)
+            for row in self._select(
+                sql.SQL(
+                    "SELECT {} FROM {} WHERE conversation_id = %s AND position >= %s "
+                    "AND position < %s AND version <= %s ORDER BY position"
+                ).format(sql.SQL(TURN_COLUMNS), self._table("conversation_turns")),
+                (conversation_id, offset, offset + limit, as_of),
+            )
+        ]
+
+    def eligible_newest_first(
+        self, conversation_id: UUID, *, below: int, above: int, as_of: int, limit: int
+    ) -> list[TurnRow]:
+        return [
+            turn_row(row)
+            for row in self._select(
+                sql.SQL(
+                    "SELECT {} FROM {} WHERE conversation_id = %s AND position < %s "
+                    "AND position > %s AND status = 'c' AND version <= %s "
+                    "AND (deleted_version IS NULL OR deleted_version > %s) "
+                    "ORDER BY position DESC LIMIT %s"
+                ).format(sql.SQL(TURN_COLUMNS), self._table("conversation_turns")),
+                (conversation_id, min(below, 2**31 - 1), above, as_of, as_of, limit),
+            )
+        ]
+
+    def eligible_ids(
+        self, conversation_id: UUID, *, first: int, last: int, as_of: int
+    ) -> tuple[str, ...]:
+        return tuple(
+            row["turn_id"]
+            for row in self._select(
+                sql.SQL(
+                    "SELECT turn_id FROM {} WHERE conversation_id = %s "
+                    "AND position >= %s AND position <= %s AND status = 'c' "
+                    "AND version <= %s "
+                    "AND (deleted_version IS NULL OR deleted_version > %s) "
+                    "ORDER BY position"
+                ).format(self._table("conversation_turns")),
+                (conversation_id, first, last, as_of, as_of),
+            )
+        )
+
+    def folds(self, conversation_id: UUID) -> list[FoldRow]:
+        return [
+            fold_row(row)
+            for row in self._select(
+                sql.SQL(
+                    "SELECT {} FROM {} WHERE conversation_id = %s ORDER BY version"
+                ).format(sql.SQL(FOLD_COLUMNS), self._table("conversation_folds")),
+                (conversation_id,),
+            )
+        ]
+
+    def undeleted_turns(self, conversation_id: UUID) -> list[TurnRow]:
+        return [
+            turn_row(row)
+            for row in self._select(
+                sql.SQL(
+                    "SELECT {} FROM {} WHERE conversation_id = %s "
+                    "AND deleted_version IS NULL ORDER BY position"
+                ).format(sql.SQL(TURN_COLUMNS), self._table("conversation_turns")),
+                (conversation_id,),
+            )
+        ]
+
+    def read_side_is_empty(self) -> bool:
+        return not self._select(
+            sql.SQL("SELECT 1 FROM {} LIMIT 1").format(
+                self._table("conversation_heads")
+            ),
+            (),
+        )
+
+    def read_side_rows(
+        self,
+    ) -> tuple[list[ConversationRow], list[TurnRow], list[FoldRow]]:
+        def every(columns: str, table: str) -> list[Any]:
+            return self._select(
+                sql.SQL("SELECT {} FROM {}").format(
+                    sql.SQL(columns), self._table(table)
+                ),
+                (),
+            )
+
+        return (
+            [
+                conversation_row(r)
+                for r in every(CONVERSATION_COLUMNS, "conversation_heads")
+            ],
+            [turn_row(r) for r in every(TURN_COLUMNS, "conversation_turns")],
+            [fold_row(r) for r in every(FOLD_COLUMNS, "conversation_folds")],
+        )
