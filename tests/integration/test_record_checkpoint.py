@@ -13,6 +13,7 @@ from uuid import UUID
 
 import orjson
 import pytest
+from pydantic import SecretStr
 
 from tests.integration.restore_paths import cli
 from turnledger.domain.errors import CheckpointError
@@ -31,8 +32,13 @@ from turnledger.infra.transparency_audit import audit_against_checkpoint
 OWNER = "alice"
 
 
-@pytest.fixture
-def settings(tmp_path: Path) -> Settings:
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
+    if request.param == "postgres":
+        postgres: Settings = request.getfixturevalue("postgres_settings")
+        return postgres.model_copy(
+            update={"audit_signing_key": SecretStr(new_signing_key())}
+        )
     return Settings(
         _env_file=None,
         persistence="sqlite",
