@@ -22,6 +22,7 @@ from turnledger.infra.http import (
     export_routes,
     fold_routes,
     purge_routes,
+    receipt_routes,
     sync_routes,
     web_routes,
 )
@@ -184,6 +185,7 @@ def create_app(
     app.include_router(fold_routes.router)
     app.include_router(purge_routes.router)
     app.include_router(audit_routes.router)
+    app.include_router(receipt_routes.router)
     app.include_router(web_routes.router)
 
     @app.get("/v1/health", response_model=HealthOut, tags=["service"])

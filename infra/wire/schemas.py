@@ -410,3 +410,39 @@ class SyncOut(BaseModel):
 
 
 SYNC_LIMIT_MAX = MAX_CHANGES_PER_READ
+
+
+# Stored window receipts -----------------------------------------------------------
+
+
+class WindowReceiptOut(BaseModel):
+    """A window receipt as stored with its turn (projections/receipt.py): the
+    policy, the ledger version and the turns of the window the answer replied
+    to, and a MAC of its body. Never any message text."""
+
+    receipt_format: int = Field(description="1: body_bytes + body_sha256; 2: body_mac")
+    policy: dict[str, Any] = Field(
+        description="the complete policy document, so the window can be re-derived"
+    )
+    ledger_version: int
+    turn_ids: list[str] = Field(description="the turns the window sent, oldest first")
+    fold_id: str | None
+    body_mac: str | None = Field(
+        default=None,
+        description="format 2: HMAC-SHA256 of the body under a key derived from "
+        "the keys of every turn in it; null when one was deleted before the answer "
+        "was recorded",
+    )
+    body_bytes: int | None = Field(default=None, description="format 1 only")
+    body_sha256: str | None = Field(default=None, description="format 1 only")
+
+
+class StoredReceiptOut(BaseModel):
+    conversation_id: UUID
+    turn_id: str
+    version: int = Field(description="the version of the event that recorded the turn")
+    deleted: bool = Field(
+        description="true: the turn was deleted since; the receipt stays, but "
+        "its body can no longer be checked"
+    )
+    receipt: WindowReceiptOut

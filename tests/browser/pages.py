@@ -98,6 +98,13 @@ class Api:
         assert response.status_code == 200, response.text
         return dict(response.json())
 
+    def receipt(self, conversation: str, turn_id: str) -> dict[str, Any]:
+        response = self.http.get(
+            f"/v1/conversations/{conversation}/turns/{turn_id}/receipt"
+        )
+        assert response.status_code == 200, response.text
+        return dict(response.json())
+
     def wait_for_proof(self, conversation: str, version: int) -> dict[str, Any]:
         deadline = time.monotonic() + 30
         while True:

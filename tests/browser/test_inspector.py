@@ -1,17 +1,23 @@
 """The inspector against the API: the same kept and dropped turns with the
-same reasons, a byte-identical body, and the inclusion proof checked in the
-browser (a real one verifies, a tampered one fails)."""
+same reasons, a byte-identical body, a bar per part of the body equal to the
+report's, the receipt the service stored with a turn shown as served, and the
+inclusion proof checked in the browser (a real one verifies, a tampered one
+fails)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
+from uuid import UUID
 
 import pytest
 
 from tests.browser.conftest import Service
 from tests.browser.pages import DESKTOP, Api, Device
+from turnledger.infra.persistence import open_conversations
+from turnledger.infra.service_layer.application import Conversations
 
 FORMATS = ["openai-chat", "anthropic-messages"]
 # Presets of the page (clients/typescript/web/inspector.ts) that drop turns.
@@ -76,7 +82,7 @@ def shown_window(device: Device) -> tuple[dict[str, str], dict[str, Any], str]:
         )
         for row in rows
     }
-    receipt = json.loads(page.locator("#window-receipt").text_content() or "{}")
+    receipt = json.loads(page.locator("#window-sent").text_content() or "{}")
     return states, receipt, page.locator("#window-body").text_content() or ""
 
 
@@ -115,6 +121,124 @@ def test_kept_and_dropped_equal_the_api_report(device: Device, api: Api) -> None
             assert receipt["ledger_version"] == window["ledger_version"]
             meter = device.page.locator("#budget-bytes")
             assert meter.get_attribute("value") == str(window["byte_length"])
+            assert shown_parts(device) == window["report"]["by_part"]
+            assert sum(p["bytes"] for p in window["report"]["by_part"]) == len(
+                window["body"].encode()
+            )
+
+
+def shown_parts(device: Device) -> list[dict[str, Any]]:
+    """The page's bars by part: name, bytes and tokens, in the page's order."""
+    parts = []
+    for bar in device.page.locator("#window-parts [data-part]").all():
+        name = bar.get_attribute("data-part")
+        meter = bar.locator("meter")
+        assert meter.get_attribute("value") == bar.get_attribute("data-bytes")
+        label = bar.locator("label").text_content() or ""
+        assert f"{bar.get_attribute('data-bytes')} bytes" in label
+        parts.append(
+            {
+                "part": name,
+                "bytes": int(bar.get_attribute("data-bytes") or -1),
+                "tokens": int(bar.get_attribute("data-tokens") or -1),
+            }
+        )
+    return parts
+
+
+def test_bars_by_part_match_the_report_with_a_system_and_a_fold(
+    device: Device, api: Api
+) -> None:
+    conversation = history(api)
+    version = api.http.get(f"/v1/conversations/{conversation}").json()["version"]
+    folded = api.http.post(
+        f"/v1/conversations/{conversation}/folds",
+        json={
+            "covers_through_turn_id": "t3",
+            "summary": "The user measured string; the answers were all halves.",
+            "summarized_version": version,
+            "fold_id": "f1",
+        },
+    )
+    assert folded.status_code == 201, folded.text
+    open_inspector(device, conversation)
+    page = device.page
+    page.fill("#window-system", "You answer in one sentence.")
+    page.select_option("#window-preset", "default")
+    _, sent, body = shown_window(device)
+    window = api.window(
+        conversation,
+        {
+            "question": "What next?",
+            "system": "You answer in one sentence.",
+            "model": "gpt-4o",
+            "tokenizer": "char4",
+            "policy": sent["policy"],
+        },
+    )
+    assert window["fold_sent"] is True
+    parts = shown_parts(device)
+    assert parts == window["report"]["by_part"]
+    by_name = {part["part"]: part for part in parts}
+    assert all(by_name[name]["bytes"] > 0 for name in ("system", "fold", "history"))
+    assert sum(part["bytes"] for part in parts) == len(body.encode())
+    assert sum(part["tokens"] for part in parts) == window["estimated_tokens"]
+
+
+@contextmanager
+def opened_ledger(service: Service) -> Iterator[Conversations]:
+    """The service's own store, opened beside it (as the CLI does)."""
+    ledger = open_conversations(service.settings)
+    try:
+        yield ledger
+    finally:
+        ledger.close()
+
+
+def test_the_inspector_shows_the_stored_receipt_as_the_api_serves_it(
+    device: Device, api: Api, service: Service
+) -> None:
+    conversation = history(api)
+    with opened_ledger(service) as ledger:
+        window = ledger.project_window(
+            "alice",
+            UUID(conversation),
+            question="And now?",
+            system="Be brief.",
+            model="gpt-4o",
+            max_bytes=600,
+        )
+        ledger.confirm_turn(
+            "alice",
+            UUID(conversation),
+            turn_id="t10",
+            question="And now?",
+            answer="Now we stop.",
+            window=window,
+        )
+    open_inspector(device, conversation)
+    page = device.page
+    page.locator('#receipt-turn option[value="t10"]').wait_for(state="attached")
+    page.select_option("#receipt-turn", "t10")
+    page.click("#show-receipt")
+    shown = page.locator('#stored-receipt[data-turn-id="t10"]')
+    shown.wait_for()
+    served = api.receipt(conversation, "t10")
+    assert json.loads(shown.text_content() or "{}") == served
+    receipt = served["receipt"]
+    assert receipt["receipt_format"] == 2 and len(receipt["body_mac"]) == 64
+    assert receipt["turn_ids"] == list(window.window.kept_turn_ids)
+    assert receipt["ledger_version"] == window.ledger_version
+    assert "t10" in (page.locator("#receipt-status").text_content() or "")
+    # A turn written over HTTP was recorded without a window: the page says so.
+    seen = len(device.problems)
+    page.select_option("#receipt-turn", "t9")
+    page.click("#show-receipt")
+    device.status(r"^No stored receipt", line="receipt-status")
+    # The browser logs the 404 it was answered; nothing else may go wrong.
+    assert all("404" in problem for problem in device.problems[seen:])
+    del device.problems[seen:]
+    assert page.locator("#stored-receipt").text_content() == ""
 
 
 def test_inclusion_proof_verifies_in_the_browser_and_tampering_fails(

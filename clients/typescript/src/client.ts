@@ -23,6 +23,7 @@ export type HistoryPageOut = Schemas["HistoryPageOut"];
 export type InclusionProofOut = Schemas["InclusionProofOut"];
 export type PurgeStateOut = Schemas["PurgeStateOut"];
 export type ReadyOut = Schemas["ReadyOut"];
+export type StoredReceiptOut = Schemas["StoredReceiptOut"];
 export type SyncOut = Schemas["SyncOut"];
 export type Change = SyncOut["changes"][number];
 export type TurnIn = Schemas["TurnIn"];
@@ -30,6 +31,7 @@ export type TurnReceiptOut = Schemas["TurnReceiptOut"];
 export type WindowIn = Schemas["WindowIn"];
 export type WindowOut = Schemas["WindowOut"];
 export type WindowPolicy = Schemas["WindowPolicy"];
+export type WindowReceiptOut = Schemas["WindowReceiptOut"];
 
 /** The header that carries the log position for read-your-writes (docs/sync.md). */
 export const POSITION_HEADER = "TurnLedger-Position";
@@ -138,6 +140,16 @@ export class Client {
       method: "POST",
       path: conversationPath(conversationId, "window"),
       body: request,
+    });
+  }
+
+  /** The window receipt stored with a turn (recorded with the window its
+   * answer replied to): policy, ledger version, turns sent and the body's MAC.
+   * ReceiptNotFoundError when the turn was recorded without a window. */
+  getReceipt(conversationId: string, turnId: string): Promise<StoredReceiptOut> {
+    return this.send({
+      method: "GET",
+      path: conversationPath(conversationId, "turns", turnId, "receipt"),
     });
   }
 

@@ -59,7 +59,8 @@ export class TurnTooLargeError extends InvalidInputError {
 export class UnauthenticatedError extends ServiceError {
   override name = "UnauthenticatedError";
 }
-/** 404 conversation_not_found, turn_not_found, device_not_found, not_found. */
+/** 404 conversation_not_found, turn_not_found, device_not_found,
+ * receipt_not_found, proof_unavailable, not_found. */
 export class NotFoundError extends ServiceError {
   override name = "NotFoundError";
 }
@@ -75,6 +76,11 @@ export class DeviceNotFoundError extends NotFoundError {
 /** 404 proof_unavailable: no checkpoint yet, or the event is newer than it. */
 export class ProofUnavailableError extends NotFoundError {
   override name = "ProofUnavailableError";
+}
+/** 404 receipt_not_found: the turn was recorded without a window, so no
+ * window receipt was stored with it. */
+export class ReceiptNotFoundError extends NotFoundError {
+  override name = "ReceiptNotFoundError";
 }
 /** 409 turn_conflict, turn_deleted, fold_conflict, log_inconsistent. */
 export class ConflictError extends ServiceError {
@@ -154,6 +160,7 @@ export const ERROR_CLASSES: Readonly<Record<string, ErrorClass>> = {
   turn_not_found: TurnNotFoundError,
   device_not_found: DeviceNotFoundError,
   proof_unavailable: ProofUnavailableError,
+  receipt_not_found: ReceiptNotFoundError,
   turn_deleted: TurnDeletedError,
   turn_conflict: TurnConflictError,
   version_conflict: VersionConflictError,

@@ -187,6 +187,27 @@ export type paths = {
         patch?: never;
         trace?: never;
     };
+    "/v1/conversations/{conversation_id}/turns/{turn_id}/receipt": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get Stored Receipt
+         * @description The window receipt stored with a turn: the policy, ledger version and
+         *     turns of the window its answer replied to, and the body's MAC. Reads only.
+         */
+        get: operations["get_stored_receipt_v1_conversations__conversation_id__turns__turn_id__receipt_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/conversations/{conversation_id}/window": {
         parameters: {
             query?: never;
@@ -882,6 +903,27 @@ export type components = {
             /** Text */
             text: string;
         };
+        /** StoredReceiptOut */
+        StoredReceiptOut: {
+            /**
+             * Conversation Id
+             * Format: uuid
+             */
+            conversation_id: string;
+            /**
+             * Deleted
+             * @description true: the turn was deleted since; the receipt stays, but its body can no longer be checked
+             */
+            deleted: boolean;
+            receipt: components["schemas"]["WindowReceiptOut"];
+            /** Turn Id */
+            turn_id: string;
+            /**
+             * Version
+             * @description the version of the event that recorded the turn
+             */
+            version: number;
+        };
         /** SyncOut */
         SyncOut: {
             /** Changes */
@@ -1154,6 +1196,50 @@ export type components = {
              * @enum {string}
              */
             wire_format: "openai-chat" | "openai-responses" | "anthropic-messages" | "gemini-contents";
+        };
+        /**
+         * WindowReceiptOut
+         * @description A window receipt as stored with its turn (projections/receipt.py): the
+         *     policy, the ledger version and the turns of the window the answer replied
+         *     to, and a MAC of its body. Never any message text.
+         */
+        WindowReceiptOut: {
+            /**
+             * Body Bytes
+             * @description format 1 only
+             */
+            body_bytes?: number | null;
+            /**
+             * Body Mac
+             * @description format 2: HMAC-SHA256 of the body under a key derived from the keys of every turn in it; null when one was deleted before the answer was recorded
+             */
+            body_mac?: string | null;
+            /**
+             * Body Sha256
+             * @description format 1 only
+             */
+            body_sha256?: string | null;
+            /** Fold Id */
+            fold_id: string | null;
+            /** Ledger Version */
+            ledger_version: number;
+            /**
+             * Policy
+             * @description the complete policy document, so the window can be re-derived
+             */
+            policy: {
+                [key: string]: unknown;
+            };
+            /**
+             * Receipt Format
+             * @description 1: body_bytes + body_sha256; 2: body_mac
+             */
+            receipt_format: number;
+            /**
+             * Turn Ids
+             * @description the turns the window sent, oldest first
+             */
+            turn_ids: string[];
         };
     };
     responses: never;
@@ -2168,6 +2254,115 @@ export interface operations {
                 };
             };
             /** @description no such conversation, turn or device for this user */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description turn id reused, turn deleted, or a stale expected_version */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description a turn's text whose key was destroyed meanwhile */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description request body or turn over the size limit */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description malformed JSON, wrong types, invalid values, NUL in a text */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description too many long-polls of this device or user are waiting */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description the database is unavailable (Retry-After), or a deletion's purge must be re-run: send the same request again */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    get_stored_receipt_v1_conversations__conversation_id__turns__turn_id__receipt_get: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description the TurnLedger-Position of a previous response: with reads on a replica, this read sees at least what that response saw or wrote */
+                "TurnLedger-Position"?: string | null;
+            };
+            path: {
+                /** @description the conversation's id */
+                conversation_id: string;
+                /** @description the client's id for the turn */
+                turn_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StoredReceiptOut"];
+                };
+            };
+            /** @description a body the JSON parser gives up on (not UTF-8, nesting, huge numbers) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description missing, unknown or revoked device token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description conversation_not_found (also for another user's conversation), turn_not_found, or receipt_not_found: the turn was recorded without a window */
             404: {
                 headers: {
                     [name: string]: unknown;

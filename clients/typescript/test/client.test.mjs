@@ -4,6 +4,7 @@ import {
   ConversationNotFoundError,
   InvalidInputError,
   NotFoundError,
+  ReceiptNotFoundError,
   ServiceError,
   TurnConflictError,
   TurnTooLargeError,
@@ -69,6 +70,25 @@ test("another user's conversation is answered as one that does not exist", async
     ConversationNotFoundError,
   );
   assert.equal((await client().getHistory(id)).total_turns, 0);
+});
+
+test("a stored receipt is asked for by turn; its errors are typed", async () => {
+  const api = once();
+  const { conversation_id: id } = await api.startConversation();
+  await api.putTurn(id, "t1", { question: "q", answer: "a" });
+  // Written over HTTP, the turn was recorded without a window: nothing stored.
+  await assert.rejects(api.getReceipt(id, "t1"), (error) => {
+    assert.ok(error instanceof ReceiptNotFoundError && error instanceof NotFoundError);
+    assert.equal(error.code, "receipt_not_found");
+    return true;
+  });
+  await assert.rejects(api.getReceipt(id, "t2"), (error) => error.code === "turn_not_found");
+  const other = once(tokens.other);
+  const unknown = crypto.randomUUID();
+  const theirs = await other.getReceipt(id, "t1").catch((error) => error);
+  const missing = await other.getReceipt(unknown, "t1").catch((error) => error);
+  assert.ok(theirs instanceof ConversationNotFoundError);
+  assert.equal(theirs.message, missing.message.replace(unknown, id));
 });
 
 test("an unknown code is a ServiceError with that status and code", async () => {

@@ -5,6 +5,7 @@ import {
   applyPreset,
   renderInspectorChoices,
   showCheckpoint,
+  showStoredReceipt,
   showWindow,
   verifyProof,
 } from "./inspector.js";
@@ -93,6 +94,9 @@ function wire(): void {
   });
   byId("refresh-checkpoint").addEventListener("click", () => {
     if (session !== null) void showCheckpoint(session);
+  });
+  byId("show-receipt").addEventListener("click", () => {
+    if (session !== null) void showStoredReceipt(session);
   });
   byId("verify-proof").addEventListener("click", () => {
     if (session !== null) void verifyProof(session);

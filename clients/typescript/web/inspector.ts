@@ -1,11 +1,12 @@
 // The inspector: the window the service would send for a conversation under
 // a chosen format, budget and policy, why each turn is in or out, the fold,
-// a content-free receipt, and the audit side (checkpoint, inclusion proof
-// verified here with WebCrypto).
+// what each part of the request spends, the receipt the service stored with a
+// turn, and the audit side (checkpoint, inclusion proof verified here with
+// WebCrypto).
 
 import type { WindowOut, WindowPolicy } from "../src/client.js";
-import { ProofUnavailableError, ServiceError } from "../src/errors.js";
-import { bytesToHex, sha256, verifyInclusionProof } from "../src/proof.js";
+import { ProofUnavailableError, ReceiptNotFoundError, ServiceError } from "../src/errors.js";
+import { verifyInclusionProof } from "../src/proof.js";
 import type { LocalTurn } from "../src/sync.js";
 import { byId, el, replaceChildren } from "./dom.js";
 import type { Session } from "./session.js";
@@ -77,6 +78,13 @@ export function renderInspectorChoices(session: Session, selection: Selection): 
     ...turns.map((turn) => el("option", { value: String(turn.version), "data-turn-id": turn.turnId }, `${turn.turnId} (version ${turn.version})`)),
   );
   if (turns.some((turn) => String(turn.version) === before)) proofTurn.value = before;
+  const receiptTurn = byId<HTMLSelectElement>("receipt-turn");
+  const chosen = receiptTurn.value;
+  replaceChildren(
+    receiptTurn,
+    ...turns.map((turn) => el("option", { value: turn.turnId }, turn.turnId)),
+  );
+  if (turns.some((turn) => turn.turnId === chosen)) receiptTurn.value = chosen;
 }
 
 export async function showWindow(session: Session): Promise<void> {
@@ -99,7 +107,7 @@ export async function showWindow(session: Session): Promise<void> {
     const conversation = session.copy.conversations.get(conversationId);
     const turns = conversation ? [...conversation.turns.values()] : [];
     renderWindow(window, turns, policy);
-    await renderReceipt(window, policy);
+    renderSent(window, policy);
     const fold = await session.client.getFold(conversationId, policy.fold_threshold_tokens ?? undefined);
     replaceChildren(
       byId("fold-status"),
@@ -150,6 +158,50 @@ function renderWindow(window: WindowOut, turns: LocalTurn[], policy: WindowPolic
     budget("messages", "History messages", keptMessages, policy.max_messages ?? null),
     budget("context", "Context: body tokens + reply reserve", window.estimated_tokens + reserve, policy.context_tokens ?? null),
   );
+  renderParts(window);
+}
+
+/** One part of the request, as the window report's `by_part` names it. */
+interface PartSize {
+  part: string;
+  bytes: number;
+  tokens: number;
+}
+
+const PART_LABELS: Record<string, string> = {
+  envelope: "Envelope (model, keys, reply reserve)",
+  system: "System instructions",
+  fold: "Fold (summary of older turns)",
+  history: "History (kept turns)",
+  question: "Question",
+};
+
+/** A bar per part of the request: its bytes against the byte limit, and its
+ * estimated tokens; the parts add up to the body exactly. */
+function renderParts(window: WindowOut): void {
+  const parts = (window.report.by_part ?? []) as PartSize[];
+  replaceChildren(
+    byId("window-parts"),
+    ...parts.map((part) => {
+      const id = `part-${part.part}`;
+      const share = window.byte_length === 0 ? 0 : (100 * part.bytes) / window.byte_length;
+      return el(
+        "div",
+        {
+          class: "budget",
+          "data-part": part.part,
+          "data-bytes": String(part.bytes),
+          "data-tokens": String(part.tokens),
+        },
+        el(
+          "label",
+          { for: id },
+          `${PART_LABELS[part.part] ?? part.part}: ${part.bytes} bytes (${share.toFixed(1)} % of the body), ${part.tokens} tokens`,
+        ),
+        el("meter", { id, min: "0", max: String(window.max_bytes), value: String(part.bytes) }),
+      );
+    }),
+  );
 }
 
 function budget(name: string, label: string, used: number, limit: number | null): HTMLElement {
@@ -169,17 +221,48 @@ function budget(name: string, label: string, used: number, limit: number | null)
   );
 }
 
-async function renderReceipt(window: WindowOut, policy: WindowPolicy): Promise<void> {
-  const digest = bytesToHex(await sha256(new TextEncoder().encode(window.body)));
-  const receipt = {
+/** What this window is, as a receipt would name it; a receipt is stored only
+ * when an answer is recorded with its window (see the stored receipt). */
+function renderSent(window: WindowOut, policy: WindowPolicy): void {
+  const sent = {
     ledger_version: window.ledger_version,
     policy,
     token_counter: window.token_counter,
     turn_ids: window.kept_turn_ids,
+    fold_id: window.fold_sent ? window.fold_id : null,
     body_bytes: window.byte_length,
-    body_sha256: digest,
   };
-  byId("window-receipt").textContent = JSON.stringify(receipt, null, 2);
+  byId("window-sent").textContent = JSON.stringify(sent, null, 2);
+}
+
+/** The receipt the service stored with the chosen turn, exactly as served. */
+export async function showStoredReceipt(session: Session): Promise<void> {
+  const conversationId = byId<HTMLSelectElement>("inspector-conversation").value;
+  const turnId = byId<HTMLSelectElement>("receipt-turn").value;
+  const status = byId("receipt-status");
+  const target = byId("stored-receipt");
+  target.removeAttribute("data-turn-id");
+  target.textContent = "";
+  if (!conversationId || !turnId) {
+    status.textContent = "Pick a conversation and a turn first.";
+    return;
+  }
+  status.textContent = "Reading the stored receipt…";
+  try {
+    const stored = await session.client.getReceipt(conversationId, turnId);
+    target.dataset.turnId = turnId;
+    target.textContent = JSON.stringify(stored, null, 2);
+    const receipt = stored.receipt;
+    status.textContent =
+      `Stored with turn ${turnId}: a window of ledger version ${receipt.ledger_version} ` +
+      `that sent ${receipt.turn_ids.length} turn(s)` +
+      (stored.deleted ? "; the turn is deleted, so its body can no longer be checked." : ".");
+  } catch (error) {
+    status.textContent =
+      error instanceof ReceiptNotFoundError
+        ? `No stored receipt: turn ${turnId} was recorded without a window.`
+        : `No receipt: ${describe(error)}`;
+  }
 }
 
 export async function showCheckpoint(session: Session): Promise<void> {

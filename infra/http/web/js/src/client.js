@@ -77,6 +77,15 @@ export class Client {
             body: request,
         });
     }
+    /** The window receipt stored with a turn (recorded with the window its
+     * answer replied to): policy, ledger version, turns sent and the body's MAC.
+     * ReceiptNotFoundError when the turn was recorded without a window. */
+    getReceipt(conversationId, turnId) {
+        return this.send({
+            method: "GET",
+            path: conversationPath(conversationId, "turns", turnId, "receipt"),
+        });
+    }
     /** `turnIds` null: the whole history. Retried only without expectedVersion
      * (deleting deleted turns deletes nothing; a stale version would be a 409). */
     deleteHistory(conversationId, turnIds, expectedVersion) {

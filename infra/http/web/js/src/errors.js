@@ -28,6 +28,11 @@ export class InvalidInputError extends ServiceError {
     name = "InvalidInputError";
 }
 /** 413 turn_too_large: one turn over the service's size limit. */
+/** 422 cursor_expired: the cursor predates a restore of the store from an
+ * older backup; sync again from the beginning and replace the local copy. */
+export class CursorExpiredError extends InvalidInputError {
+    name = "CursorExpiredError";
+}
 export class TurnTooLargeError extends InvalidInputError {
     name = "TurnTooLargeError";
 }
@@ -35,7 +40,8 @@ export class TurnTooLargeError extends InvalidInputError {
 export class UnauthenticatedError extends ServiceError {
     name = "UnauthenticatedError";
 }
-/** 404 conversation_not_found, turn_not_found, device_not_found, not_found. */
+/** 404 conversation_not_found, turn_not_found, device_not_found,
+ * receipt_not_found, proof_unavailable, not_found. */
 export class NotFoundError extends ServiceError {
     name = "NotFoundError";
 }
@@ -51,6 +57,11 @@ export class DeviceNotFoundError extends NotFoundError {
 /** 404 proof_unavailable: no checkpoint yet, or the event is newer than it. */
 export class ProofUnavailableError extends NotFoundError {
     name = "ProofUnavailableError";
+}
+/** 404 receipt_not_found: the turn was recorded without a window, so no
+ * window receipt was stored with it. */
+export class ReceiptNotFoundError extends NotFoundError {
+    name = "ReceiptNotFoundError";
 }
 /** 409 turn_conflict, turn_deleted, fold_conflict, log_inconsistent. */
 export class ConflictError extends ServiceError {
@@ -112,6 +123,7 @@ export class ServiceUnreachableError extends TurnLedgerError {
 export const ERROR_CLASSES = {
     turn_too_large: TurnTooLargeError,
     invalid_input: InvalidInputError,
+    cursor_expired: CursorExpiredError,
     invalid_request: InvalidInputError,
     malformed_json: InvalidInputError,
     body_too_large: InvalidInputError,
@@ -121,6 +133,7 @@ export const ERROR_CLASSES = {
     turn_not_found: TurnNotFoundError,
     device_not_found: DeviceNotFoundError,
     proof_unavailable: ProofUnavailableError,
+    receipt_not_found: ReceiptNotFoundError,
     turn_deleted: TurnDeletedError,
     turn_conflict: TurnConflictError,
     version_conflict: VersionConflictError,

@@ -1,6 +1,6 @@
 // The page's entry point: sign-in, the two views, and redrawing on changes.
 import { byId } from "./dom.js";
-import { applyPreset, renderInspectorChoices, showCheckpoint, showWindow, verifyProof, } from "./inspector.js";
+import { applyPreset, renderInspectorChoices, showCheckpoint, showStoredReceipt, showWindow, verifyProof, } from "./inspector.js";
 import { Session } from "./session.js";
 import { renderSyncView, wireSyncControls } from "./sync_view.js";
 let session = null;
@@ -85,6 +85,10 @@ function wire() {
     byId("refresh-checkpoint").addEventListener("click", () => {
         if (session !== null)
             void showCheckpoint(session);
+    });
+    byId("show-receipt").addEventListener("click", () => {
+        if (session !== null)
+            void showStoredReceipt(session);
     });
     byId("verify-proof").addEventListener("click", () => {
         if (session !== null)
