@@ -34,6 +34,9 @@ LOG_REMOVED = "log-removed"  # an event a checkpoint covered is gone
 LOG_INSERTED = "log-inserted"  # an event sits inside a checkpoint's range, uncovered
 LOG_TRUNCATED = "log-truncated"  # the log is shorter than a checkpoint's tree
 CHECKPOINT_MISMATCH = "checkpoint-mismatch"  # the log's root is not the signed one
+RECORD_LOST = "record-lost"  # the deletion record a checkpoint signed is missing
+RECORD_ROLLED_BACK = "record-rolled-back"  # ... holds fewer entries than signed
+RECORD_ALTERED = "record-altered"  # ... holds other entries than signed
 NOT_REDERIVABLE = "not-rederivable"  # receipt's turns deleted since: expected
 
 

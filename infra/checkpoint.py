@@ -6,8 +6,11 @@ _FILE), written as JSON to a directory of the operator's choosing. Beside the
 checkpoints the directory keeps `leaves.bin`, every leaf hash in log order
 (32 bytes each), and `leaf-inputs.bin`, every leaf input: with them an audit
 names every event that differs even when the tree cache in the database was
-altered as well. docs/transparency.md
-documents the formats and what a verifier needs.
+altered as well. A checkpoint also carries the deletion record's head
+(infra/deletion_record.py), signed apart from the tree head but bound to it,
+so that the record, kept outside the database, cannot be rolled back or
+rewritten unseen either. docs/transparency.md documents the formats and what
+a verifier needs.
 """
 
 from __future__ import annotations
@@ -28,11 +31,18 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PublicKey,
 )
+from psycopg import sql
 
 from turnledger.domain.errors import CheckpointError
+from turnledger.domain.findings import RECORD_ALTERED, RECORD_LOST, RECORD_ROLLED_BACK
 from turnledger.domain.merkle import (
     leaf_hash,
     root,
+)
+from turnledger.infra.deletion_record import (
+    DeletionRecord,
+    DeletionRecordError,
+    RecordHead,
 )
 from turnledger.infra.merkle_store import (
     CountedLog,
@@ -43,7 +53,9 @@ from turnledger.infra.merkle_store import (
     follow_checked,
     open_leaf_store,
 )
+from turnledger.infra.persistence import key_store
 from turnledger.infra.raw_log import PostgresRawLog, open_raw_log
+from turnledger.infra.restore import RECORD_META
 from turnledger.infra.service_layer.application import Conversations
 from turnledger.infra.settings import Settings
 from turnledger.infra.signing import public_bytes, signing_key
@@ -51,6 +63,7 @@ from turnledger.infra.signing import public_bytes, signing_key
 _log = logging.getLogger("turnledger.checkpoint")
 
 CHECKPOINT_FORMAT = "turnledger-checkpoint/v1"
+RECORD_HEAD_FORMAT = "turnledger-deletion-record-head/v1"
 LEAVES_FILE = "leaves.bin"
 LEAF_INPUTS_FILE = "leaf-inputs.bin"
 LEAF_INPUT_RECORD = 185
@@ -59,6 +72,23 @@ input padded with zeros (the longest leaf input is 184 bytes); length 0: not
 known (a directory older than the file, whose cache no longer held it)."""
 
 __all__ = ["LogInconsistentError"]  # raised here, defined beside the tree cache
+
+
+@dataclass(frozen=True, slots=True)
+class SignedRecordHead:
+    """The deletion record's head as a checkpoint signed it."""
+
+    head: RecordHead
+    signature: bytes
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": RECORD_HEAD_FORMAT,
+            "record_id": self.head.record_id,
+            "entries": self.head.entries,
+            "head": self.head.head.hex(),
+            "signature": base64.b64encode(self.signature).decode("ascii"),
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +102,8 @@ class Checkpoint:
     public_key: bytes
     signature: bytes
     path: Path | None = None
+    # None: taken without a deletion record (memory), or before they were signed.
+    record: SignedRecordHead | None = None
 
     def signed_bytes(self) -> bytes:
         return signed_message(
@@ -79,7 +111,7 @@ class Checkpoint:
         )
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        document = {
             "format": CHECKPOINT_FORMAT,
             "origin": self.origin,
             "tree_size": self.tree_size,
@@ -89,6 +121,9 @@ class Checkpoint:
             "key_id": hashlib.sha256(self.public_key).hexdigest()[:16],
             "signature": base64.b64encode(self.signature).decode("ascii"),
         }
+        if self.record is not None:
+            document["deletion_record"] = self.record.to_json()
+        return document
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -104,6 +139,17 @@ def signed_message(origin: str, tree_size: int, root_hex: str, timestamp: str) -
     """The exact bytes a checkpoint's signature covers."""
     lines = (CHECKPOINT_FORMAT, origin, str(tree_size), root_hex, timestamp)
     return "".join(f"{line}\n" for line in lines).encode()
+
+
+def record_head_message(checkpoint_bytes: bytes, head: RecordHead) -> bytes:
+    """The exact bytes a deletion record head's signature covers: bound to
+    the tree head it was signed with, so it cannot be moved to another."""
+    lines = (head.record_id, str(head.entries), head.head.hex())
+    return (
+        f"{RECORD_HEAD_FORMAT}\n".encode()
+        + checkpoint_bytes
+        + "".join(f"{line}\n" for line in lines).encode()
+    )
 
 
 def store_origin(settings: Settings) -> str:
@@ -134,6 +180,7 @@ def read_checkpoint(path: Path, trusted: Ed25519PublicKey | None = None) -> Chec
             public_key=base64.b64decode(document["public_key"], validate=True),
             signature=base64.b64decode(document["signature"], validate=True),
             path=path,
+            record=_signed_record_head(document.get("deletion_record")),
         )
         if checkpoint.tree_size < 0 or len(checkpoint.root_hash) != 32:
             raise ValueError("tree_size or root_hash out of range")
@@ -152,7 +199,106 @@ def read_checkpoint(path: Path, trusted: Ed25519PublicKey | None = None) -> Chec
         key.verify(checkpoint.signature, checkpoint.signed_bytes())
     except InvalidSignature:
         raise CheckpointError(f"{path}: the signature does not verify") from None
+    if checkpoint.record is not None:
+        message = record_head_message(checkpoint.signed_bytes(), checkpoint.record.head)
+        try:
+            key.verify(checkpoint.record.signature, message)
+        except InvalidSignature:
+            raise CheckpointError(
+                f"{path}: the deletion record head's signature does not verify"
+            ) from None
     return checkpoint
+
+
+def _signed_record_head(document: Any) -> SignedRecordHead | None:
+    if document is None:
+        return None
+    if document.get("format") != RECORD_HEAD_FORMAT:
+        raise ValueError(f"deletion_record format is {document.get('format')!r}")
+    entries = document["entries"]
+    if isinstance(entries, bool) or not isinstance(entries, int) or entries < 0:
+        raise ValueError("deletion_record entries out of range")
+    head = bytes.fromhex(document["head"])
+    if len(head) != 32:
+        raise ValueError("deletion_record head is not 32 bytes")
+    return SignedRecordHead(
+        RecordHead(str(document["record_id"]), entries, head),
+        base64.b64decode(document["signature"], validate=True),
+    )
+
+
+def followed_record(
+    settings: Settings, connection: psycopg.Connection[Any] | None = None
+) -> DeletionRecord | None:
+    """The deletion record the store follows (None: the memory store, or a
+    store no opening has attached to a record yet). On PostgreSQL, with the
+    `connection` of a tree cache when given (a key store of its own would
+    cost a pool's start and stop on every one-shot checkpoint)."""
+    if settings.persistence == "memory":
+        return None
+    if settings.persistence == "sqlite" and not settings.sqlite_keys_path.exists():
+        return None
+    if settings.persistence == "postgres" and connection is not None:
+        record_id = _postgres_meta(connection, settings.postgres_schema, RECORD_META)
+    else:
+        keys = key_store(settings, read_only=True)
+        try:
+            record_id = keys.read_meta(RECORD_META)
+        finally:
+            keys.close()
+    if record_id is None:
+        return None
+    directory = settings.deletion_record_directory
+    return DeletionRecord(directory / f"deletions-{record_id}.log", record_id)
+
+
+def _postgres_meta(
+    connection: psycopg.Connection[Any], schema: str, name: str
+) -> str | None:
+    """A value of the key store's metadata (infra/postgres_keys.py)."""
+    table = f"{schema}.key_store_meta"
+    found = connection.execute("SELECT to_regclass(%s)", (table,)).fetchone()
+    if found is None or found[0] is None:
+        return None
+    row = connection.execute(
+        sql.SQL("SELECT value FROM {} WHERE name = %s").format(
+            sql.Identifier(schema, "key_store_meta")
+        ),
+        (name,),
+    ).fetchone()
+    return None if row is None else str(row[0])
+
+
+def record_departure(
+    record: DeletionRecord | None, signed: RecordHead
+) -> tuple[str, str] | None:
+    """(kind, detail) if `record` does not extend the head a checkpoint
+    signed: missing, another record, fewer entries, or other entries up to
+    the signed count (rewritten, every hash recomputed or not)."""
+    where = f"the deletion record {signed.record_id}"
+    if record is None or not record.exists():
+        return RECORD_LOST, (
+            f"{where} the checkpoint signed ({signed.entries} entries) is missing"
+            + ("" if record is None else f" from {record.path}")
+        )
+    try:
+        found = record.head_at(signed.entries)
+    except DeletionRecordError as error:
+        return RECORD_ALTERED, str(error)
+    if found is None:
+        entries = record.load().entries
+        return RECORD_ROLLED_BACK, (
+            f"{where} at {record.path} holds {entries} entries, the checkpoint "
+            f"signed {signed.entries}: deletions were removed from it"
+        )
+    if found.record_id != signed.record_id or found.head != signed.head:
+        return RECORD_ALTERED, (
+            f"{where} at {record.path} holds other entries than the checkpoint "
+            f"signed (its head after {signed.entries} entries is "
+            f"{found.head.hex()[:16]}, signed {signed.head.hex()[:16]}): it was "
+            "rewritten"
+        )
+    return None
 
 
 def checkpoint_files(directory: Path) -> list[Path]:
@@ -280,6 +426,19 @@ class CheckpointWriter:
         except BaseException:
             self._close_store()
             raise
+        try:
+            self._record = followed_record(
+                settings,
+                self._store.connection
+                if isinstance(self._store, PostgresLeafStore)
+                else None,
+            )
+        except BaseException:
+            self.close()
+            raise
+        # Whether the record was checked, in full, against the newest
+        # checkpoint; afterwards only what is appended is read.
+        self._record_checked = False
 
     def _newest(self) -> Checkpoint | None:
         files = checkpoint_files(self._out_dir)
@@ -306,7 +465,13 @@ class CheckpointWriter:
                 "change (if it passes, only the cache was altered: drop it and it "
                 "is rebuilt from the rows)"
             )
-        if skip_unchanged and previous is not None and previous.tree_size == size:
+        record = self._record_head(previous)
+        if (
+            skip_unchanged
+            and previous is not None
+            and previous.tree_size == size
+            and (record is None or _same_head(previous, record))
+        ):
             return previous
         tree_root = followed.frontier.root()
         _append_leaves_file(self._out_dir, self._store, followed)
@@ -324,10 +489,48 @@ class CheckpointWriter:
             public_key=public_bytes(self._key.public_key()),
             signature=self._key.sign(message),
             path=path,
+            record=None
+            if record is None
+            else SignedRecordHead(
+                record, self._key.sign(record_head_message(message, record))
+            ),
         )
         _write_atomically(path, json.dumps(checkpoint.to_json(), indent=2) + "\n")
         self._previous = checkpoint
         return checkpoint
+
+    def _record_head(self, previous: Checkpoint | None) -> RecordHead | None:
+        """The deletion record's head to sign; LogInconsistentError if the
+        record does not extend the one the newest checkpoint signed."""
+        signed = None if previous is None else previous.record
+        if self._record is None:
+            if signed is not None:
+                raise LogInconsistentError(
+                    f"checkpoint {previous and previous.path} signed deletion "
+                    f"record {signed.head.record_id}, and this store follows none"
+                )
+            return None
+        if signed is not None and not self._record_checked:
+            departure = record_departure(self._record, signed.head)
+            if departure is not None:
+                raise LogInconsistentError(
+                    f"{departure[1]} (newest checkpoint {previous and previous.path})"
+                    f": run `turnledger audit --checkpoint {self._out_dir}`"
+                )
+        try:
+            head = self._record.current_head()
+        except FileNotFoundError:
+            raise LogInconsistentError(
+                f"the deletion record {self._record.path} this store follows is "
+                "missing: nothing is signed without it (docs/deletion.md)"
+            ) from None
+        self._record_checked = True
+        if signed is not None and head.entries < signed.head.entries:
+            raise LogInconsistentError(
+                f"the deletion record {self._record.path} holds {head.entries} "
+                f"entries, the newest checkpoint signed {signed.head.entries}"
+            )
+        return head
 
     def close(self) -> None:
         self._log.close()
@@ -361,6 +564,10 @@ def write_checkpoint(
         return writer.write()
     finally:
         writer.close()
+
+
+def _same_head(checkpoint: Checkpoint, head: RecordHead) -> bool:
+    return checkpoint.record is not None and checkpoint.record.head == head
 
 
 def _extends(previous: Checkpoint, size: int, store: LeafStore) -> bool:

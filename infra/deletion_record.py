@@ -7,6 +7,10 @@ this line's JSON: changing, removing or reordering any line but the last
 breaks every hash after it. The JSON holds ids only (conversation, key ids,
 the log position of the deletion, a timestamp): no text and no sizes, nothing
 that confirms a guess of a deleted text.
+
+The record's head (its id, how many entries, the last line's hash) goes into
+every signed checkpoint (infra/checkpoint.py), so a record rolled back, or
+rewritten with every hash recomputed, is found by `audit --checkpoint`.
 """
 
 from __future__ import annotations
@@ -63,6 +67,15 @@ class RecordState:
         return len({self.ids[key] for key in keys if key in self.ids})
 
 
+@dataclass(frozen=True, slots=True)
+class RecordHead:
+    """Where a record stood: its id, its entries, the hash after the last."""
+
+    record_id: str
+    entries: int
+    head: bytes
+
+
 class DeletionRecord:
     """One record file; safe to append from several threads and processes."""
 
@@ -109,6 +122,35 @@ class DeletionRecord:
             fcntl.flock(handle, fcntl.LOCK_SH)
             self._state = _read(handle.read(), self.path)
             return self._state
+
+    def current_head(self) -> RecordHead:
+        """The head as the file holds it now, reading only what was appended
+        since this object last read it."""
+        with self._lock, open(self.path, "rb") as handle:
+            fcntl.flock(handle, fcntl.LOCK_SH)
+            state = self._caught_up(handle)
+            return RecordHead(state.record_id, state.entries, state.head)
+
+    def head_at(self, entries: int) -> RecordHead | None:
+        """The head after the first `entries` entries, the whole file read and
+        its chain verified up to there; None if it holds fewer."""
+        with self._lock, open(self.path, "rb") as handle:
+            fcntl.flock(handle, fcntl.LOCK_SH)
+            data = handle.read()
+        # Only the header and the first `entries` complete lines: those after
+        # them were appended later, and are no part of that head.
+        at = data.find(b"\n") + 1
+        if at == 0:
+            _read(data, self.path)  # raises: no header
+        for _ in range(entries):
+            next_end = data.find(b"\n", at)
+            if next_end < 0:
+                return None
+            at = next_end + 1
+        state = _read(data[:at], self.path)
+        if state.entries < entries:
+            return None
+        return RecordHead(state.record_id, state.entries, state.head)
 
     def remember(
         self, conversation_id: UUID, key_ids: Collection[str], *, position: int

@@ -478,8 +478,12 @@ class PostgresLeafStore:
             )
         )
         with self._lock, self._connection.cursor(binary=True) as cursor:
-            rows = cursor.execute(statement, (level,) if level else ()).fetchall()
-        return [(int(index), bytes(value)) for index, value in rows]
+            # Binary results are already (int, bytes): the columns are bigint
+            # and bytea. Converting 100,000 rows again cost a third of the read.
+            rows: list[tuple[int, bytes]] = cursor.execute(
+                statement, (level,) if level else ()
+            ).fetchall()
+        return rows
 
     @property
     def connection(self) -> psycopg.Connection[Any]:

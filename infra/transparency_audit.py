@@ -15,9 +15,16 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
+from turnledger.domain.findings import Finding
 from turnledger.domain.transparency import pages, row_leaf
-from turnledger.infra.checkpoint import Checkpoint, newest_checkpoint
+from turnledger.infra.checkpoint import (
+    Checkpoint,
+    followed_record,
+    newest_checkpoint,
+    record_departure,
+)
 from turnledger.infra.checkpoint_compare import compare_with_checkpoint
+from turnledger.infra.deletion_record import DeletionRecord
 from turnledger.infra.merkle_store import open_leaf_store
 from turnledger.infra.raw_log import open_raw_log
 from turnledger.infra.service_layer.application import Conversations
@@ -91,6 +98,7 @@ def audit_store(
         finally:
             if store is not None and settings.persistence != "memory":
                 store.close()
+        report.log_findings.extend(record_findings(checkpoint, settings))
         report.checkpoint = {
             **checkpoint.summary(),
             "log_events": len(leaves),
@@ -101,6 +109,24 @@ def audit_store(
         return report
     finally:
         log.close()
+
+
+def record_findings(checkpoint: Checkpoint, settings: Settings) -> list[Finding]:
+    """A finding if the deletion record does not extend the head `checkpoint`
+    signed: the record the store follows, else the one the checkpoint names,
+    in TURNLEDGER_DELETION_RECORD_DIR."""
+    if checkpoint.record is None:
+        return []
+    signed = checkpoint.record.head
+    record = followed_record(settings) or DeletionRecord(
+        settings.deletion_record_directory / f"deletions-{signed.record_id}.log",
+        signed.record_id,
+    )
+    departure = record_departure(record, signed)
+    if departure is None:
+        return []
+    kind, detail = departure
+    return [Finding(kind, None, None, f"{detail} (checkpoint {checkpoint.path})")]
 
 
 @contextmanager
