@@ -31,6 +31,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PublicKey,
 )
+from psycopg import sql
 
 from turnledger.domain.errors import CheckpointError
 from turnledger.domain.findings import RECORD_ALTERED, RECORD_LOST, RECORD_ROLLED_BACK
@@ -226,22 +227,46 @@ def _signed_record_head(document: Any) -> SignedRecordHead | None:
     )
 
 
-def followed_record(settings: Settings) -> DeletionRecord | None:
+def followed_record(
+    settings: Settings, connection: psycopg.Connection[Any] | None = None
+) -> DeletionRecord | None:
     """The deletion record the store follows (None: the memory store, or a
-    store no opening has attached to a record yet)."""
+    store no opening has attached to a record yet). On PostgreSQL, with the
+    `connection` of a tree cache when given (a key store of its own would
+    cost a pool's start and stop on every one-shot checkpoint)."""
     if settings.persistence == "memory":
         return None
     if settings.persistence == "sqlite" and not settings.sqlite_keys_path.exists():
         return None
-    keys = key_store(settings, read_only=True)
-    try:
-        record_id = keys.read_meta(RECORD_META)
-    finally:
-        keys.close()
+    if settings.persistence == "postgres" and connection is not None:
+        record_id = _postgres_meta(connection, settings.postgres_schema, RECORD_META)
+    else:
+        keys = key_store(settings, read_only=True)
+        try:
+            record_id = keys.read_meta(RECORD_META)
+        finally:
+            keys.close()
     if record_id is None:
         return None
     directory = settings.deletion_record_directory
     return DeletionRecord(directory / f"deletions-{record_id}.log", record_id)
+
+
+def _postgres_meta(
+    connection: psycopg.Connection[Any], schema: str, name: str
+) -> str | None:
+    """A value of the key store's metadata (infra/postgres_keys.py)."""
+    table = f"{schema}.key_store_meta"
+    found = connection.execute("SELECT to_regclass(%s)", (table,)).fetchone()
+    if found is None or found[0] is None:
+        return None
+    row = connection.execute(
+        sql.SQL("SELECT value FROM {} WHERE name = %s").format(
+            sql.Identifier(schema, "key_store_meta")
+        ),
+        (name,),
+    ).fetchone()
+    return None if row is None else str(row[0])
 
 
 def record_departure(
@@ -395,16 +420,25 @@ class CheckpointWriter:
         self._out_dir = out_dir
         out_dir.mkdir(parents=True, exist_ok=True)
         self._previous = self._newest()
-        self._record = followed_record(settings)
-        # Whether the record was checked, in full, against the newest
-        # checkpoint; afterwards only what is appended is read.
-        self._record_checked = False
         self._store = open_leaf_store(settings, ledger)
         try:
             self._log = _log_beside(self._store, settings, ledger)
         except BaseException:
             self._close_store()
             raise
+        try:
+            self._record = followed_record(
+                settings,
+                self._store.connection
+                if isinstance(self._store, PostgresLeafStore)
+                else None,
+            )
+        except BaseException:
+            self.close()
+            raise
+        # Whether the record was checked, in full, against the newest
+        # checkpoint; afterwards only what is appended is read.
+        self._record_checked = False
 
     def _newest(self) -> Checkpoint | None:
         files = checkpoint_files(self._out_dir)
@@ -483,13 +517,14 @@ class CheckpointWriter:
                     f"{departure[1]} (newest checkpoint {previous and previous.path})"
                     f": run `turnledger audit --checkpoint {self._out_dir}`"
                 )
-        elif not self._record.exists():
+        try:
+            head = self._record.current_head()
+        except FileNotFoundError:
             raise LogInconsistentError(
                 f"the deletion record {self._record.path} this store follows is "
                 "missing: nothing is signed without it (docs/deletion.md)"
-            )
+            ) from None
         self._record_checked = True
-        head = self._record.current_head()
         if signed is not None and head.entries < signed.head.entries:
             raise LogInconsistentError(
                 f"the deletion record {self._record.path} holds {head.entries} "

@@ -95,6 +95,12 @@ from turnledger.projections.turn_shapes import (
     attachment_note,
     sent_as_note,
 )
+from turnledger.projections.window_parts import (
+    FrameBytes,
+    PartSize,
+    frame_bytes,
+    part_sizes,
+)
 from turnledger.projections.wire_ids import request_wire_ids, wire_id_growth
 
 __all__ = [
@@ -290,6 +296,8 @@ class Window:
     fold_dropped_reason: FoldDropReason | None = None
     # Reasoning parts of sent turns left out (another format or model).
     dropped_reasoning: tuple[DroppedReasoning, ...] = ()
+    # Bytes and tokens by part of the request (window_parts.py).
+    by_part: tuple[PartSize, ...] = ()
 
     @property
     def byte_length(self) -> int:
@@ -331,6 +339,7 @@ class Window:
             "fold_due": self.fold_due,
             "omitted": self.omitted,
             "dropped_reasoning": [d.summary() for d in self.dropped_reasoning],
+            "by_part": [part.summary() for part in self.by_part],
         }
         if with_turn_ids:
             report["dropped"] = [
@@ -591,6 +600,9 @@ class Frame:
     # The history's share of the model's context (None: no context set).
     context_budget: int | None = None
     fold_dropped_reason: FoldDropReason | None = None
+    # The bytes and tokens of the envelope, system and question.
+    sizes: FrameBytes | None = None
+    system_tokens: int = 0
 
 
 def frame_request(
@@ -618,7 +630,8 @@ def frame_request(
     mandatory = len(render_body(policy.wire_format, parts))
     if mandatory > policy.max_bytes:
         raise MandatoryInputTooLargeError(mandatory, policy.max_bytes)
-    fixed_tokens = counter.count(system) + counter.count(question)
+    system_tokens = counter.count(system)
+    fixed_tokens = system_tokens + counter.count(question)
     context_budget = context_token_budget(policy, fixed_tokens=fixed_tokens)
     if context_budget is not None and context_budget < 0:
         assert policy.context_tokens is not None
@@ -628,8 +641,18 @@ def frame_request(
             context_tokens=policy.context_tokens,
             token_counter=counter.name,
         )
+    sizes = frame_bytes(policy.wire_format, parts, mandatory)
     if fold is None:
-        return Frame(parts, None, None, mandatory, fixed_tokens, context_budget)
+        return Frame(
+            parts,
+            None,
+            None,
+            mandatory,
+            fixed_tokens,
+            context_budget,
+            sizes=sizes,
+            system_tokens=system_tokens,
+        )
     with_fold = RequestParts(
         model=model,
         system=system,
@@ -652,6 +675,8 @@ def frame_request(
             fixed_tokens,
             context_budget,
             fold_dropped_reason=dropped_for,
+            sizes=sizes,
+            system_tokens=system_tokens,
         )
     return Frame(
         with_fold,
@@ -660,6 +685,8 @@ def frame_request(
         with_fold_bytes,
         fixed_tokens + fold.tokens,
         None if context_budget is None else context_budget - fold.tokens,
+        sizes=sizes,
+        system_tokens=system_tokens,
     )
 
 
@@ -894,6 +921,22 @@ def build_window(
         fold_due=fold_due,
         fold_dropped_reason=frame.fold_dropped_reason,
         dropped_reasoning=dropped_reasoning,
+        by_part=_by_part(frame, plan, len(body)),
+    )
+
+
+def _by_part(frame: Frame, plan: WindowPlan, body_bytes: int) -> tuple[PartSize, ...]:
+    if frame.sizes is None:
+        return ()
+    fold_tokens = 0 if frame.fold is None else frame.fold.tokens
+    return part_sizes(
+        frame=frame.sizes,
+        base_bytes=frame.base_bytes,
+        body_bytes=body_bytes,
+        system_tokens=frame.system_tokens,
+        fold_tokens=fold_tokens,
+        history_tokens=plan.history_tokens,
+        question_tokens=frame.fixed_tokens - frame.system_tokens - fold_tokens,
     )
 
 
