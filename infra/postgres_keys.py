@@ -64,7 +64,11 @@ class PostgresKeyStore(KeyStore):
         pool_size: int = 4,
         horizon_wait_seconds: float = 5.0,
         read_only: bool = False,
+        connect_timeout: float = 5.0,
     ) -> None:
+        """`connect_timeout`: how long a caller waits for a connection
+        (TURNLEDGER_POSTGRES_CONNECT_TIMEOUT), after which it gets the
+        pool's error."""
         self._conninfo = conninfo
         self._schema = schema
         self.horizon_wait_seconds = horizon_wait_seconds
@@ -83,10 +87,11 @@ class PostgresKeyStore(KeyStore):
             name="turnledger-keys",
             configure=configure_key_session,  # no key bytes in the server's log
             # A connection lost in an outage is replaced, not handed out; a
-            # caller waits for one briefly, then gets the pool's error.
+            # caller waits for one as long as a connection may take to open,
+            # then gets the pool's error.
             check=check_unless_quiet,
             reconnect_timeout=RECONNECT_TIMEOUT_SECONDS,
-            timeout=5.0,
+            timeout=connect_timeout,
         )
         if read_only:  # audits change nothing, tables included
             return
