@@ -20,11 +20,12 @@ from turnledger.domain.conversation import Conversation, TurnStatus, fold_key_id
 from turnledger.domain.errors import (
     ConversationNotFoundError,
     InvalidInputError,
+    SealMismatchError,
     TextUnavailableError,
     TurnKeyDamagedError,
 )
 from turnledger.domain.parts import TurnParts, decode_many_part_documents
-from turnledger.domain.ports import TextVault
+from turnledger.domain.ports import SEAL_BOUND_TO_OWNER, TextVault
 from turnledger.domain.text import check_identifier, check_text
 from turnledger.projections.dropped import (
     KEY_DAMAGED,
@@ -48,7 +49,11 @@ from turnledger.projections.tokens import (
     TokenCounter,
     char_estimate,
 )
-from turnledger.projections.turn_texts import open_turn_texts, open_turns
+from turnledger.projections.turn_texts import (
+    open_turn_texts,
+    open_turns,
+    sealed_fields,
+)
 from turnledger.projections.window import (
     Frame,
     OpenedTurn,
@@ -142,12 +147,12 @@ class ConversationQueries:
             conversation_id=head.conversation_id,
             version=head.version,
             total_turns=head.turn_count,
-            items=self.history_items(head.conversation_id, rows),
+            items=self.history_items(head.conversation_id, rows, owner_id=owner_id),
             next_offset=end if end < head.turn_count else None,
         )
 
     def history_items(
-        self, conversation_id: UUID, rows: Sequence[TurnRow]
+        self, conversation_id: UUID, rows: Sequence[TurnRow], *, owner_id: str
     ) -> tuple[HistoryItem, ...]:
         """These turns as the owner sees them: text for live turns, else None.
 
@@ -158,7 +163,10 @@ class ConversationQueries:
         """
         damaged: set[str] = set()
         texts = self.open_texts(
-            conversation_id, [r for r in rows if not r.deleted], damaged=damaged
+            conversation_id,
+            [r for r in rows if not r.deleted],
+            owner_id=owner_id,
+            damaged=damaged,
         )
         missing = [
             r.turn_id
@@ -194,50 +202,94 @@ class ConversationQueries:
         conversation_id: UUID,
         rows: Sequence[TurnRow],
         *,
+        owner_id: str,
         damaged: set[str] | None = None,
     ) -> dict[str, TurnParts | None]:
-        """Decrypt these turns from their events; None where the key is gone
-        (and, with `damaged`, where it is damaged: see `open_turns`)."""
+        """Decrypt these turns from their events for `owner_id`; None where
+        the key is gone (and, with `damaged`, where it is damaged: see
+        `open_turns`). Raises SealMismatchError where a text was not sealed
+        for `owner_id` (see `_owned_events`)."""
         if not rows:
             return {}
         opened = open_turns(
             self.vault,
             conversation_id,
-            self._turn_events(conversation_id, rows),
+            self._turn_events(conversation_id, rows, owner_id),
+            owner_id=owner_id,
             damaged=damaged,
         )
         texts: dict[str, TurnParts | None] = dict.fromkeys(row.turn_id for row in rows)
         texts.update(opened)
         return texts
 
-    def _turn_events(self, conversation_id: UUID, rows: Sequence[TurnRow]) -> list[Any]:
+    def _turn_events(
+        self, conversation_id: UUID, rows: Sequence[TurnRow], owner_id: str
+    ) -> list[Any]:
         """The events that recorded these turns (confirmed or abandoned)."""
         wanted = {row.turn_id for row in rows}
         versions = [row.version for row in rows]
-        return [
-            recorded
-            for recorded in self.events.get(
-                conversation_id, gt=min(versions) - 1, lte=max(versions)
-            )
-            if getattr(recorded, "turn_id", None) in wanted
-            and isinstance(
-                recorded, Conversation.TurnConfirmed | Conversation.TurnAbandoned
-            )
-        ]
+        return self._owned_events(
+            conversation_id,
+            owner_id,
+            [
+                recorded
+                for recorded in self.events.get(
+                    conversation_id, gt=min(versions) - 1, lte=max(versions)
+                )
+                if getattr(recorded, "turn_id", None) in wanted
+                and isinstance(
+                    recorded, Conversation.TurnConfirmed | Conversation.TurnAbandoned
+                )
+            ],
+        )
+
+    def _owned_events(
+        self, conversation_id: UUID, owner_id: str, events: list[Any]
+    ) -> list[Any]:
+        """`events`, once their texts are known to be `owner_id`'s.
+
+        The read side decides nothing here: a text sealed bound to its owner
+        opens only for that owner (the vault checks it), and a text sealed
+        before owners were bound is opened only when the conversation's
+        `Started` event, which the hash chain covers, names `owner_id`.
+        """
+        for recorded in events:
+            for field_name, sealed in sealed_fields(recorded):
+                if sealed[:1] == SEAL_BOUND_TO_OWNER:
+                    continue
+                if self._started_owner(conversation_id) != owner_id:
+                    raise SealMismatchError(
+                        conversation_id,
+                        recorded.turn_id
+                        if hasattr(recorded, "turn_id")
+                        else fold_key_id(recorded.fold_id),
+                        field_name,
+                        "it was sealed before owners were bound, and the "
+                        "conversation's Started event names another owner",
+                    )
+                return events  # one check covers every text of the conversation
+        return events
+
+    def _started_owner(self, conversation_id: UUID) -> str | None:
+        for recorded in self.events.get(conversation_id, lte=1):
+            if isinstance(recorded, Conversation.Started):
+                return str(recorded.owner_id)
+        return None
 
     def read_texts(
-        self, conversation_id: UUID, rows: Sequence[TurnRow]
+        self, conversation_id: UUID, rows: Sequence[TurnRow], *, owner_id: str
     ) -> dict[str, TurnParts]:
         """Like `open_texts`, but a turn without its key is an error."""
         texts: dict[str, TurnParts] = {}
-        for turn_id, text in self.open_texts(conversation_id, rows).items():
+        opened = self.open_texts(conversation_id, rows, owner_id=owner_id)
+        for turn_id, text in opened.items():
             if text is None:
                 raise TextUnavailableError(conversation_id, turn_id)
             texts[turn_id] = text
         return texts
 
     def open_for_window(
-        self, conversation_id: UUID, rows: Sequence[TurnRow]
+        self, conversation_id: UUID, rows: Sequence[TurnRow], *, owner_id: str
     ) -> dict[str, WindowTurn | OpenedTurn]:
         """These turns as a window sends them untrimmed; a turn without its
         key is an error (TextUnavailableError), as in `read_texts`.
@@ -246,7 +298,10 @@ class ConversationQueries:
         (OpenedTurn): the body is written from them, so its step objects are
         never made."""
         opened = open_turn_texts(
-            self.vault, conversation_id, self._turn_events(conversation_id, rows)
+            self.vault,
+            conversation_id,
+            self._turn_events(conversation_id, rows, owner_id),
+            owner_id=owner_id,
         )
         turns: dict[str, WindowTurn | OpenedTurn] = {}
         with_parts: list[tuple[str, str, str, str]] = []
@@ -266,13 +321,17 @@ class ConversationQueries:
             turns[turn_id] = OpenedTurn(turn_id, question, answer, *parts)
         return turns
 
-    def read_fold(self, conversation_id: UUID, fold: FoldRow) -> str:
-        (recorded,) = self.events.get(
-            conversation_id, gt=fold.version - 1, lte=fold.version
+    def read_fold(self, conversation_id: UUID, fold: FoldRow, *, owner_id: str) -> str:
+        (recorded,) = self._owned_events(
+            conversation_id,
+            owner_id,
+            list(
+                self.events.get(conversation_id, gt=fold.version - 1, lte=fold.version)
+            ),
         )
         key_id = fold_key_id(fold.fold_id)
         (summary,) = self.vault.open_many(
-            conversation_id, [(key_id, "summary", recorded.sealed_summary)]
+            conversation_id, [(key_id, "summary", recorded.sealed_summary)], owner_id
         )
         if summary is None:
             raise TextUnavailableError(conversation_id, key_id)
@@ -373,7 +432,10 @@ class ConversationQueries:
             None
             if fold is None
             else prepare_fold(
-                fold.fold_id, self.read_fold(conversation_id, fold), counter, policy
+                fold.fold_id,
+                self.read_fold(conversation_id, fold, owner_id=head.owner_id),
+                counter,
+                policy,
             )
         )
         frame = frame_request(
@@ -389,7 +451,7 @@ class ConversationQueries:
         def read(rows: Sequence[TurnRow]) -> dict[str, TurnParts]:
             if all(row.turn_id in known for row in rows):
                 return {row.turn_id: known[row.turn_id] for row in rows}
-            return self.read_texts(conversation_id, rows)
+            return self.read_texts(conversation_id, rows, owner_id=head.owner_id)
 
         from_metadata = isinstance(counter, CharEstimate)
         limit = policy.max_message_tokens
@@ -432,7 +494,9 @@ class ConversationQueries:
                 for row in unread
             )
         elif unread:
-            sent.update(self.open_for_window(conversation_id, unread))
+            sent.update(
+                self.open_for_window(conversation_id, unread, owner_id=head.owner_id)
+            )
         settled = settle_wire_ids(
             plan, [sent[row.turn_id] for row in kept_rows], policy, model
         )
@@ -574,7 +638,11 @@ class ConversationQueries:
     def get_fold_summary(self, owner_id: str, conversation_id: UUID) -> str | None:
         head = self.get_conversation(owner_id, conversation_id)
         fold = current_fold(self.read_side.folds(head.conversation_id), head.version)
-        return None if fold is None else self.read_fold(head.conversation_id, fold)
+        return (
+            None
+            if fold is None
+            else self.read_fold(head.conversation_id, fold, owner_id=owner_id)
+        )
 
 
 def _log_if_bounded(conversation_id: UUID, window: Window) -> None:

@@ -114,7 +114,9 @@ class ReceiptPass:
             else:
                 to_derive.append((checked, item))
         if to_derive:
-            texts = self._open_texts(conversation_id, events, [i for _, i in to_derive])
+            texts = self._open_texts(
+                conversation_id, audit.owner_id, events, [i for _, i in to_derive]
+            )
             self._derive_all(audit, view, to_derive, texts)
 
     def _derive_all(
@@ -232,6 +234,7 @@ class ReceiptPass:
     def _open_texts(
         self,
         conversation_id: UUID,
+        owner_id: str | None,
         events: list[Any],
         receipts: list[ReceiptToCheck],
     ) -> Texts:
@@ -244,7 +247,7 @@ class ReceiptPass:
         vault = self.ledger.vault
         damaged: set[str] = set()
         try:
-            opened = vault.open_many(conversation_id, items)
+            opened = vault.open_many(conversation_id, items, owner_id)
             return {(t, f): text for (t, f, _), text in zip(items, opened, strict=True)}
         except TurnKeyDamagedError as error:
             # Those turns are marked (DAMAGED), the rest opened as usual.
@@ -254,7 +257,7 @@ class ReceiptPass:
             pass
         texts: Texts = {(turn_id, DAMAGED): None for turn_id in damaged}
         try:
-            opened = vault.open_many(conversation_id, items)
+            opened = vault.open_many(conversation_id, items, owner_id)
             texts.update(
                 ((t, f), text) for (t, f, _), text in zip(items, opened, strict=True)
             )
@@ -263,7 +266,7 @@ class ReceiptPass:
             for turn_id, field_name, sealed in items:
                 try:
                     texts[(turn_id, field_name)] = vault.open_many(
-                        conversation_id, [(turn_id, field_name, sealed)]
+                        conversation_id, [(turn_id, field_name, sealed)], owner_id
                     )[0]
                 except Exception:  # noqa: BLE001, S112 - reported where it is used
                     continue

@@ -167,7 +167,7 @@ class ConversationFeed:
                 "is past the end of the log (was the store restored from an older "
                 "backup?); sync again from the beginning",
             )
-        return ChangeBatch(tuple(self._describe(mine)), position, caught_up)
+        return ChangeBatch(tuple(self._describe(mine, owner_id)), position, caught_up)
 
     def deletions_of(self, owner_id: str) -> list[HistoryDeletedChange]:
         """Every deletion the owner's conversations recorded, in log order
@@ -180,7 +180,7 @@ class ConversationFeed:
             )
             found.extend(
                 change
-                for change in self._describe(page)
+                for change in self._describe(page, owner_id)
                 if isinstance(change, HistoryDeletedChange)
             )
             if len(page) < _FEED_PAGE:
@@ -221,10 +221,14 @@ class ConversationFeed:
         """The domain event; typed loosely, as its class depends on the topic."""
         return self._ledger.mapper.to_domain_event(notification)
 
-    def _describe(self, notifications: Sequence[Notification]) -> Iterable[Change]:
+    def _describe(
+        self, notifications: Sequence[Notification], owner_id: str
+    ) -> Iterable[Change]:
+        """The changes, texts opened for `owner_id` (bound seals open for it
+        alone, however the owner index was edited)."""
         events = [self._decode(n) for n in notifications]
         damaged: set[tuple[UUID, str]] = set()
-        texts = self._open_texts(events, damaged)
+        texts = self._open_texts(events, owner_id, damaged)
         for recorded in events:
             conversation_id = _as_uuid(recorded.originator_id)
             common: dict[str, Any] = {
@@ -269,7 +273,7 @@ class ConversationFeed:
                 yield OtherChange(**common, event_type=type(recorded).__name__)
 
     def _open_texts(
-        self, events: Sequence[Any], damaged: set[tuple[UUID, str]]
+        self, events: Sequence[Any], owner_id: str, damaged: set[tuple[UUID, str]]
     ) -> dict[tuple[UUID, str], TurnParts]:
         """Decrypt the turns, then drop those of turns deleted by now; those
         whose stored key is damaged are left out and added to `damaged`.
@@ -290,7 +294,11 @@ class ConversationFeed:
         for conversation_id, recorded_turns in by_conversation.items():
             found: set[str] = set()
             opened = open_turns(
-                self._ledger.vault, conversation_id, recorded_turns, damaged=found
+                self._ledger.vault,
+                conversation_id,
+                recorded_turns,
+                owner_id=owner_id,
+                damaged=found,
             )
             damaged.update((conversation_id, turn_id) for turn_id in found)
             for turn_id, turn in opened.items():

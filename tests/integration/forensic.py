@@ -181,7 +181,7 @@ def attack(
         vault = KeyVault(store, master_key)
         items = [item for item in scenario.sealed if item[0] == key_id]
         try:
-            texts = vault.open_many(scenario.conversation_id, items)
+            texts = vault.open_many(scenario.conversation_id, items, OWNER)
         except (MasterKeyError, TurnKeyDamagedError):  # not a key: damaged
             continue
         readable = [text for text in texts if text is not None]

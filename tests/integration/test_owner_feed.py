@@ -54,7 +54,7 @@ def scanned_changes(
         if len(page) < 200:
             break
         position = page[-1].id
-    return list(feed._describe(mine))
+    return list(feed._describe(mine, owner))
 
 
 def fed_changes(

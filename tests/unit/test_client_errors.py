@@ -24,6 +24,7 @@ from turnledger.domain.errors import (
     MandatoryInputTooLargeError,
     PurgeIncompleteError,
     ReadSideMismatchError,
+    SealMismatchError,
     TextUnavailableError,
     TurnConflictError,
     TurnDeletedError,
@@ -91,6 +92,10 @@ CASES: list[tuple[TurnLedgerError, Context]] = [
     ),
     (WindowError("no window"), Context()),
     (CursorExpiredError(), Context()),
+    (
+        SealMismatchError(CONVERSATION, "t3", "answer", "it was altered"),
+        Context(conversation_id=CONVERSATION),
+    ),
     (
         TurnKeyDamagedError(CONVERSATION, ("t2", "t5")),
         Context(conversation_id=CONVERSATION),

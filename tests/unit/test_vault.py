@@ -8,17 +8,18 @@ import uuid
 from pathlib import Path
 
 import pytest
-from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from eventsourcing.persistence import Tracking
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from turnledger.domain.errors import (
+    SealMismatchError,
     TextUnavailableError,
     TurnDeletedError,
     TurnKeyDamagedError,
 )
+from turnledger.domain.ports import SEAL_BOUND_TO_OWNER
 from turnledger.infra.keystore import MemoryKeyStore
 from turnledger.infra.vault import (
     PAD_BYTES,
@@ -43,8 +44,45 @@ def test_sealed_text_opens_only_in_its_own_place() -> None:
     assert box.open_many(conversation, [("t1", "question", sealed)]) == ["secret 中文"]
     box.seal(conversation, "t2", "question", "x")  # t2 gets a key of its own
     for turn_id, field in (("t2", "question"), ("t1", "answer")):
-        with pytest.raises(InvalidTag):
+        with pytest.raises(SealMismatchError) as raised:
             box.open_many(conversation, [(turn_id, field, sealed)])
+        assert (raised.value.turn_id, raised.value.field) == (turn_id, field)
+
+
+def test_an_owner_bound_seal_opens_only_for_its_owner() -> None:
+    box, conversation = vault(), uuid.uuid4()
+    data_key = box._data_key(conversation, "t1")
+    sealed = box.seal_with(
+        data_key, conversation, "t1", "question", "alice's secret", owner_id="alice"
+    )
+    assert sealed[:1] == SEAL_BOUND_TO_OWNER
+    items = [("t1", "question", sealed)]
+    assert box.open_many(conversation, items, "alice") == ["alice's secret"]
+    for owner in ("mallory", "alicE", None):
+        with pytest.raises(SealMismatchError) as raised:
+            box.open_many(conversation, items, owner)
+        assert raised.value.conversation_id == conversation
+        assert raised.value.turn_id == "t1"
+    # Moved to another conversation under a copied key row: still refused.
+    other = uuid.uuid4()
+    box.purge_view.put_if_absent(  # type: ignore[attr-defined]
+        other,
+        "t1",
+        box.purge_view.get_many(conversation, ["t1"])["t1"],  # type: ignore[attr-defined]
+    )
+    with pytest.raises(SealMismatchError):
+        box.open_many(other, items, "alice")
+
+
+def test_seals_of_earlier_versions_still_open_whoever_asks() -> None:
+    # Versions 1 and 2 bind no owner: the reader checks it against the
+    # conversation's Started event (tests/integration/test_owner_binding.py).
+    box, conversation = vault(), uuid.uuid4()
+    sealed = box.seal(conversation, "t1", "question", "old")
+    assert sealed[:1] == b"\x02"
+    assert box.open_many(conversation, [("t1", "question", sealed)], "anyone") == [
+        "old"
+    ]
 
 
 def test_sealing_twice_uses_the_same_key_and_fresh_nonces() -> None:
