@@ -16,12 +16,14 @@ import pytest
 from psycopg import sql
 
 from tests.integration.restore_paths import child_env
+from turnledger.infra.exit_codes import EXIT_CANNOT_RUN
 from turnledger.infra.migrations import MIGRATIONS_TABLE, SchemaTooNewError
 from turnledger.infra.migrations import ledger as ledger_steps
-from turnledger.infra.migrations.stores import POSTGRES_KEY_STEPS
+from turnledger.infra.migrations.stores import POSTGRES_KEY_STEPS, SQLITE_KEY_STEPS
 from turnledger.infra.persistence import open_conversations
 from turnledger.infra.service_layer.application import Conversations
 from turnledger.infra.settings import Settings
+from turnledger.infra.vault import new_master_key
 
 ROOT = Path(__file__).resolve().parents[2]
 OWNERS = ("ann", "ben")
@@ -264,6 +266,40 @@ def test_a_store_newer_than_the_code_is_refused_and_left_unchanged(
     assert after == before
 
 
+def test_a_read_only_opening_refuses_a_newer_store_too(
+    store_settings: Settings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    open_conversations(store_settings).close()
+    table = (
+        MIGRATIONS_TABLE
+        if store_settings.persistence == "sqlite"
+        else sql.Identifier(store_settings.postgres_schema, MIGRATIONS_TABLE).as_string(
+            None
+        )
+    )
+    _execute(
+        store_settings,
+        [
+            f"INSERT INTO {table} (component, version, description, applied_at) "
+            f"VALUES ('ledger', {NEWEST + 1}, 'from a later release', "
+            "'2030-01-01T00:00:00+00:00')"
+        ],
+    )
+    with pytest.raises(SchemaTooNewError):
+        open_conversations(store_settings, read_only=True)
+    # The audit (read-only) says so in one line and cannot run.
+    code = subprocess.run(
+        [sys.executable, "-m", "turnledger.infra.cli", "audit"],
+        env=child_env(store_settings),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert code.returncode == EXIT_CANNOT_RUN, code.stderr
+    assert "newer than this release's newest" in code.stderr
+
+
 def _dump(settings: Settings) -> list[Any]:
     """Every row of the event database's tables."""
     if settings.persistence == "sqlite":
@@ -308,10 +344,14 @@ from turnledger.infra.persistence import eventsourcing_env, key_store, master_ke
 from turnledger.infra.postgres import ensure_schema
 from turnledger.infra.service_layer.application import Conversations
 from turnledger.infra.settings import Settings
+from turnledger.infra.vault import new_master_key
 from turnledger.infra.vault import KeyVault
 
 settings = Settings()
-ensure_schema(settings.postgres_conninfo(), settings.postgres_schema)
+if settings.persistence == "postgres":
+    ensure_schema(settings.postgres_conninfo(), settings.postgres_schema)
+else:
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
 vault = KeyVault(key_store(settings), master_key(settings))
 Conversations(eventsourcing_env(settings), vault=vault).close()
 """
@@ -358,3 +398,40 @@ def test_processes_starting_at_once_on_one_schema_migrate_once(
         assert [row[1] for row in applied] == list(range(1, newest + 1))
         # Every step of a component by one process, in one transaction.
         assert len({row[2] for row in applied}) == 1
+
+
+def test_processes_starting_at_once_on_one_sqlite_store_migrate_once(
+    tmp_path: Path,
+) -> None:
+    settings = Settings(
+        _env_file=None,
+        persistence="sqlite",
+        data_dir=tmp_path / "data",
+        master_key=new_master_key(),
+    )
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", _START_ONE],
+            env=child_env(settings),
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
+    outcomes = [child.communicate(timeout=120) for child in children]
+    failures = [err.strip().splitlines()[-1:] for _, err in outcomes if err.strip()]
+    assert [child.returncode for child in children] == [0] * 4, failures
+    # Each step once (the table's key is component and version).
+    for path, component, newest in (
+        (settings.sqlite_events_path, "ledger", NEWEST),
+        (settings.sqlite_keys_path, "keys", len(SQLITE_KEY_STEPS)),
+    ):
+        with sqlite3.connect(path) as connection:
+            versions = connection.execute(
+                f"SELECT version FROM {MIGRATIONS_TABLE} WHERE component = ? "
+                "ORDER BY version",
+                (component,),
+            ).fetchall()
+        assert [version for (version,) in versions] == list(range(1, newest + 1))
