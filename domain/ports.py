@@ -84,6 +84,13 @@ class TextVault(Protocol):
         """Decrypt (turn_id, field, sealed) items; None where the key is gone."""
         ...
 
+    def damaged_key_ids(
+        self, conversation_id: UUID, key_ids: Collection[str]
+    ) -> list[str]:
+        """Those of `key_ids` whose stored key is damaged (no longer unwraps);
+        `open_many` raises TurnKeyDamagedError for them."""
+        ...
+
     def receipt_key(
         self,
         conversation_id: UUID,

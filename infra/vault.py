@@ -13,7 +13,7 @@ from __future__ import annotations
 import base64
 import binascii
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from uuid import UUID
 
@@ -27,7 +27,7 @@ from cryptography.hazmat.primitives.keywrap import (
     aes_key_wrap,
 )
 
-from turnledger.domain.errors import TurnLedgerError
+from turnledger.domain.errors import TurnKeyDamagedError, TurnLedgerError
 from turnledger.domain.ports import NewKey
 from turnledger.infra.keystore import KeyStore
 
@@ -180,13 +180,20 @@ class KeyVault:
     def open_many(
         self, conversation_id: UUID, items: Sequence[tuple[str, str, bytes]]
     ) -> list[str | None]:
+        """Raises TurnKeyDamagedError naming every turn of `items` whose
+        stored key no longer unwraps (after looking at all of them)."""
         wrapped = self._keys.get_many(
             conversation_id, {turn_id for turn_id, _, _ in items}
         )
-        keys = {
-            turn_id: self._unwrap(conversation_id, turn_id, blob)
-            for turn_id, blob in wrapped.items()
-        }
+        keys: dict[str, bytes] = {}
+        damaged: list[str] = []
+        for turn_id, blob in wrapped.items():
+            try:
+                keys[turn_id] = self._unwrap(conversation_id, turn_id, blob)
+            except TurnKeyDamagedError:
+                damaged.append(turn_id)
+        if damaged:
+            raise TurnKeyDamagedError(conversation_id, tuple(sorted(damaged)))
         opened: list[str | None] = []
         for turn_id, field, sealed in items:
             key = keys.get(turn_id)
@@ -205,6 +212,22 @@ class KeyVault:
                 plaintext = unpadder.update(plaintext) + unpadder.finalize()
             opened.append(plaintext.decode("utf-8"))
         return opened
+
+    def damaged_key_ids(
+        self, conversation_id: UUID, key_ids: Collection[str]
+    ) -> list[str]:
+        """Those of `key_ids` whose stored key no longer unwraps (altered
+        rows), in the order given; a destroyed key is not damaged."""
+        wrapped = self._keys.get_many(conversation_id, set(key_ids))
+        damaged = []
+        for key_id in key_ids:
+            if key_id not in wrapped:
+                continue
+            try:
+                self._unwrap(conversation_id, key_id, wrapped[key_id])
+            except TurnKeyDamagedError:
+                damaged.append(key_id)
+        return damaged
 
     def receipt_key(
         self,
@@ -247,7 +270,13 @@ class KeyVault:
             sample = self._keys.any_wrapped_key()
             if sample is not None:
                 conversation_id, key_id, wrapped = sample
-                self._unwrap(conversation_id, key_id, wrapped)  # MasterKeyError
+                try:
+                    self._unwrap(conversation_id, key_id, wrapped)
+                except TurnKeyDamagedError:
+                    raise MasterKeyError(
+                        f"a stored key (turn {key_id}) does not open with the "
+                        "configured master key: wrong TURNLEDGER_MASTER_KEY?"
+                    ) from None
             if remember:
                 self._keys.write_meta(MASTER_KEY_META, mine)
 
@@ -282,22 +311,19 @@ class KeyVault:
         return self._unwrap(conversation_id, turn_id, stored)
 
     def _unwrap(self, conversation_id: UUID, turn_id: str, wrapped: bytes) -> bytes:
+        # The store refuses a master key other than its own when it opens
+        # (check_master_key), so a key that fails to unwrap here was altered:
+        # only its own turn is lost, never the conversation.
         if len(wrapped) == _KEY_WRAP_BYTES:
             try:
                 return aes_key_unwrap(self._master_key, wrapped)
             except InvalidUnwrap:
-                raise MasterKeyError(
-                    f"the key of turn {turn_id} does not open with the configured "
-                    "master key (wrong TURNLEDGER_MASTER_KEY, or a key row altered)"
-                ) from None
+                raise TurnKeyDamagedError(conversation_id, (turn_id,)) from None
         # Keys wrapped by the first release: AES-GCM, bound to their turn.
         nonce, body = wrapped[:_NONCE_BYTES], wrapped[_NONCE_BYTES:]
         try:
             return self._master.decrypt(
                 nonce, body, _key_context(conversation_id, turn_id)
             )
-        except InvalidTag:
-            raise MasterKeyError(
-                f"the key of turn {turn_id} does not open with the configured master "
-                "key (wrong TURNLEDGER_MASTER_KEY, or a key row moved)"
-            ) from None
+        except (InvalidTag, ValueError):
+            raise TurnKeyDamagedError(conversation_id, (turn_id,)) from None

@@ -21,11 +21,17 @@ from turnledger.domain.errors import (
     ConversationNotFoundError,
     InvalidInputError,
     TextUnavailableError,
+    TurnKeyDamagedError,
 )
 from turnledger.domain.parts import TurnParts, decode_many_part_documents
 from turnledger.domain.ports import TextVault
 from turnledger.domain.text import check_identifier, check_text
-from turnledger.projections.dropped import DroppedTurns, EligibleTurns
+from turnledger.projections.dropped import (
+    KEY_DAMAGED,
+    DroppedSpan,
+    DroppedTurns,
+    EligibleTurns,
+)
 from turnledger.projections.ledger_rows import ConversationRow, FoldRow, TurnRow
 from turnledger.projections.policy import WindowPolicy
 from turnledger.projections.read_side import ReadSide, current_fold
@@ -146,11 +152,18 @@ class ConversationQueries:
         """These turns as the owner sees them: text for live turns, else None.
 
         A turn whose key is gone is shown as deleted, with the deletion's time
-        read again from the read side (it was deleted while we read).
+        read again from the read side (it was deleted while we read). A turn
+        whose stored key is damaged is shown without text, `unreadable`
+        "key-damaged"; the other turns are read as usual.
         """
-        texts = self.open_texts(conversation_id, [r for r in rows if not r.deleted])
+        damaged: set[str] = set()
+        texts = self.open_texts(
+            conversation_id, [r for r in rows if not r.deleted], damaged=damaged
+        )
         missing = [
-            r.turn_id for r in rows if not r.deleted and texts[r.turn_id] is None
+            r.turn_id
+            for r in rows
+            if not r.deleted and texts[r.turn_id] is None and r.turn_id not in damaged
         ]
         fresh = self.read_side.turns_by_id(conversation_id, missing) if missing else {}
         items = []
@@ -167,6 +180,9 @@ class ConversationQueries:
                     question=None if text is None else text.question,
                     answer=None if text is None else text.answer,
                     parts=text,
+                    unreadable=KEY_DAMAGED
+                    if row.turn_id in damaged and not row.deleted
+                    else None,
                 )
             )
         return tuple(items)
@@ -174,13 +190,21 @@ class ConversationQueries:
     # Texts --------------------------------------------------------------------
 
     def open_texts(
-        self, conversation_id: UUID, rows: Sequence[TurnRow]
+        self,
+        conversation_id: UUID,
+        rows: Sequence[TurnRow],
+        *,
+        damaged: set[str] | None = None,
     ) -> dict[str, TurnParts | None]:
-        """Decrypt these turns from their events; None where the key is gone."""
+        """Decrypt these turns from their events; None where the key is gone
+        (and, with `damaged`, where it is damaged: see `open_turns`)."""
         if not rows:
             return {}
         opened = open_turns(
-            self.vault, conversation_id, self._turn_events(conversation_id, rows)
+            self.vault,
+            conversation_id,
+            self._turn_events(conversation_id, rows),
+            damaged=damaged,
         )
         texts: dict[str, TurnParts | None] = dict.fromkeys(row.turn_id for row in rows)
         texts.update(opened)
@@ -285,7 +309,9 @@ class ConversationQueries:
         if not isinstance(counter, TokenCounter):
             raise InvalidInputError("token_counter", "expected a TokenCounter")
         resolved = resolve_policy(policy, max_bytes)
-        for attempt in range(_READ_ATTEMPTS):
+        damaged: set[str] = set()
+        attempt = 0
+        while True:
             head = self.get_conversation(owner_id, conversation_id)
             try:
                 window = self.window_at(
@@ -295,9 +321,18 @@ class ConversationQueries:
                     model=model,
                     policy=resolved,
                     counter=counter,
+                    damaged=frozenset(damaged),
                 )
+            except TurnKeyDamagedError as error:
+                if damaged.issuperset(error.turn_ids):
+                    raise
+                # Left out as "key-damaged", and the window planned again
+                # without them: each round names new turns, so it ends.
+                damaged.update(error.turn_ids)
+                continue
             except TextUnavailableError:
-                if attempt == _READ_ATTEMPTS - 1:
+                attempt += 1
+                if attempt == _READ_ATTEMPTS:
                     raise
                 continue  # a deletion landed after `head`: read the new head
             _log_if_bounded(head.conversation_id, window)
@@ -311,7 +346,6 @@ class ConversationQueries:
                     model=model, policy=resolved, counter=counter.name
                 ),
             )
-        raise AssertionError("unreachable")
 
     def window_at(
         self,
@@ -323,12 +357,15 @@ class ConversationQueries:
         policy: WindowPolicy,
         counter: TokenCounter,
         texts: dict[str, TurnParts] | None = None,
+        damaged: frozenset[str] = frozenset(),
     ) -> Window:
         """The window of the conversation as it stood at `head`'s version.
 
         `texts` (turn id -> the turn's parts) saves reading texts already at
         hand (the audit re-deriving a receipt). Raises TextUnavailableError if
-        a turn it needs was deleted since that version.
+        a turn it needs was deleted since that version, TurnKeyDamagedError if
+        a turn it needs has a damaged key; the turns named in `damaged` are
+        left out, reported as dropped for "key-damaged".
         """
         conversation_id, version = head.conversation_id, head.version
         fold = current_fold(self.read_side.folds(conversation_id), version)
@@ -359,12 +396,16 @@ class ConversationQueries:
         boundary = -1 if fold is None else fold.covers_through_position
         sent: dict[str, WindowTurn | OpenedTurn] = {}
         walked: list[TurnRow] = []
+        skipped: list[TurnRow] = []  # damaged keys met by the walk
 
         def candidates() -> Iterator[PairCandidate]:
             rows = self.walk(
                 conversation_id, above=boundary, below=head.turn_count, as_of=version
             )
             for row in rows:
+                if row.turn_id in damaged:
+                    skipped.append(row)
+                    continue
                 walked.append(row)
                 sizes = row.sizes
                 if from_metadata and sizes is not None and not needs_trim(sizes, limit):
@@ -402,7 +443,7 @@ class ConversationQueries:
             sent_turns=settled.turns,
             wire_ids=settled.wire_ids,
             dropped_reasoning=settled.dropped_reasoning,
-            dropped=self._dropped(head, fold, frame, plan),
+            dropped=self._dropped(head, fold, frame, plan, skipped),
             policy=policy,
             counter=counter,
             fold_due=self._unfolded_tokens(head, boundary, policy.fold_threshold_tokens)
@@ -431,33 +472,58 @@ class ConversationQueries:
         fold: FoldRow | None,
         frame: Frame,
         plan: WindowPlan,
+        damaged: Sequence[TurnRow] = (),
     ) -> DroppedTurns:
         """Spans of dropped turns; their ids are listed only when asked for, from
-        facts pinned to the window's version, so they never change."""
+        facts pinned to the window's version, so they never change. Turns whose
+        key is damaged (`damaged`, met by the walk) are each a span of their
+        own, "key-damaged", and left out of the other spans' counts and ids."""
         read_side, conversation_id, version = (
             self.read_side,
             head.conversation_id,
             head.version,
         )
 
+        left_out = frozenset(row.turn_id for row in damaged)
+
         def list_ids(first: int, last: int) -> tuple[str, ...]:
-            return read_side.eligible_ids(
+            ids = read_side.eligible_ids(
                 conversation_id, first=first, last=last, as_of=version
             )
+            return tuple(i for i in ids if i not in left_out) if left_out else ids
 
         covered = 0 if fold is None else fold.covered_eligible
         after = 0 if fold is None else fold.covers_through_position + 1
-        return report_dropped(
+        report = report_dropped(
             frame=frame,
             plan=plan,
             after_fold=EligibleTurns(
-                head.eligible_count - covered,
+                head.eligible_count - covered - len(damaged),
                 first_position=after,
                 last_position=max(head.turn_count - 1, after - 1),
             ),
             fold_covers=None
             if fold is None
             else EligibleTurns(covered, fold.covers_through_turn_id, 0, after - 1),
+            list_ids=list_ids,
+        )
+        if not damaged:
+            return report
+        return DroppedTurns(
+            [
+                *report.spans,
+                *(
+                    DroppedSpan(
+                        KEY_DAMAGED,
+                        1,
+                        row.turn_id,
+                        row.position,
+                        row.position,
+                        (row.turn_id,),
+                    )
+                    for row in sorted(damaged, key=lambda r: r.position)
+                ),
+            ],
             list_ids=list_ids,
         )
 

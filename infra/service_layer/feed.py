@@ -26,6 +26,7 @@ from turnledger.domain.conversation import Conversation, TurnStatus
 from turnledger.domain.errors import InvalidInputError
 from turnledger.domain.parts import TurnParts
 from turnledger.infra.service_layer.application import Conversations
+from turnledger.projections.dropped import KEY_DAMAGED
 from turnledger.projections.results import MAX_CHANGES_PER_READ
 from turnledger.projections.turn_texts import open_turns
 
@@ -72,6 +73,9 @@ class TurnRecordedChange:
     deleted: bool
     # The whole turn (attachments, steps); None when deleted.
     parts: TurnParts | None = None
+    # "key-damaged": not deleted, but its stored key was altered, so its text
+    # cannot be read (the other turns are sent as usual).
+    unreadable: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,7 +223,8 @@ class ConversationFeed:
 
     def _describe(self, notifications: Sequence[Notification]) -> Iterable[Change]:
         events = [self._decode(n) for n in notifications]
-        texts = self._open_texts(events)
+        damaged: set[tuple[UUID, str]] = set()
+        texts = self._open_texts(events, damaged)
         for recorded in events:
             conversation_id = _as_uuid(recorded.originator_id)
             common: dict[str, Any] = {
@@ -238,14 +243,20 @@ class ConversationFeed:
                     else TurnStatus(recorded.outcome)
                 )
                 text = texts.get((conversation_id, recorded.turn_id))
+                unreadable = (
+                    KEY_DAMAGED
+                    if (conversation_id, recorded.turn_id) in damaged
+                    else None
+                )
                 yield TurnRecordedChange(
                     **common,
                     turn_id=recorded.turn_id,
                     status=status,
                     question=text.question if text else None,
                     answer=text.answer if text else None,
-                    deleted=text is None,
+                    deleted=text is None and unreadable is None,
                     parts=text,
+                    unreadable=unreadable,
                 )
             elif isinstance(recorded, Conversation.HistoryDeleted):
                 yield HistoryDeletedChange(
@@ -257,8 +268,11 @@ class ConversationFeed:
             else:
                 yield OtherChange(**common, event_type=type(recorded).__name__)
 
-    def _open_texts(self, events: Sequence[Any]) -> dict[tuple[UUID, str], TurnParts]:
-        """Decrypt the turns, then drop those of turns deleted by now.
+    def _open_texts(
+        self, events: Sequence[Any], damaged: set[tuple[UUID, str]]
+    ) -> dict[tuple[UUID, str], TurnParts]:
+        """Decrypt the turns, then drop those of turns deleted by now; those
+        whose stored key is damaged are left out and added to `damaged`.
 
         The order matters: deletion records its event before destroying keys,
         so checking the current state *after* decrypting catches a deletion
@@ -274,7 +288,11 @@ class ConversationFeed:
                 )
         texts: dict[tuple[UUID, str], TurnParts] = {}
         for conversation_id, recorded_turns in by_conversation.items():
-            opened = open_turns(self._ledger.vault, conversation_id, recorded_turns)
+            found: set[str] = set()
+            opened = open_turns(
+                self._ledger.vault, conversation_id, recorded_turns, damaged=found
+            )
+            damaged.update((conversation_id, turn_id) for turn_id in found)
             for turn_id, turn in opened.items():
                 texts[(conversation_id, turn_id)] = turn
         for conversation_id, recorded_turns in by_conversation.items():
@@ -284,6 +302,7 @@ class ConversationFeed:
             for turn_id, row in rows.items():
                 if row.deleted:
                     texts.pop((conversation_id, turn_id), None)
+                    damaged.discard((conversation_id, turn_id))
         return texts
 
 

@@ -27,6 +27,7 @@ from turnledger.domain.errors import (
     TextUnavailableError,
     TurnConflictError,
     TurnDeletedError,
+    TurnKeyDamagedError,
     TurnLedgerError,
     TurnNotFoundError,
     TurnTooLargeError,
@@ -90,6 +91,10 @@ CASES: list[tuple[TurnLedgerError, Context]] = [
     ),
     (WindowError("no window"), Context()),
     (CursorExpiredError(), Context()),
+    (
+        TurnKeyDamagedError(CONVERSATION, ("t2", "t5")),
+        Context(conversation_id=CONVERSATION),
+    ),
     (
         LongPollLimitError("device", 4, "TURNLEDGER_HTTP_MAX_LONG_POLLS_PER_DEVICE"),
         Context(),

@@ -14,7 +14,11 @@ from eventsourcing.persistence import Tracking
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from turnledger.domain.errors import TurnDeletedError
+from turnledger.domain.errors import (
+    TextUnavailableError,
+    TurnDeletedError,
+    TurnKeyDamagedError,
+)
 from turnledger.infra.keystore import MemoryKeyStore
 from turnledger.infra.vault import (
     PAD_BYTES,
@@ -73,9 +77,31 @@ def test_shredding_a_turn_leaves_the_others_readable() -> None:
 
 def test_a_wrong_master_key_is_reported_not_mistaken_for_shredding() -> None:
     store, conversation = MemoryKeyStore(), uuid.uuid4()
-    sealed = vault(store).seal(conversation, "t1", "question", "text")
+    vault(store).seal(conversation, "t1", "question", "text")
+    # Checked when a store opens, before any key is unwrapped.
     with pytest.raises(MasterKeyError, match="master key"):
-        vault(store).open_many(conversation, [("t1", "question", sealed)])
+        vault(store).check_master_key(remember=False)
+
+
+def test_a_damaged_key_loses_its_own_turn_and_names_it() -> None:
+    store, conversation = MemoryKeyStore(), uuid.uuid4()
+    box = vault(store)
+    box.check_master_key(remember=True)
+    one = box.seal(conversation, "t1", "question", "one")
+    two = box.seal(conversation, "t2", "question", "two")
+    wrapped = bytearray(store._keys[(conversation, "t1")])
+    wrapped[5] ^= 0x01  # one byte flipped in the key row
+    store._keys[(conversation, "t1")] = bytes(wrapped)
+    items = [("t1", "question", one), ("t2", "question", two)]
+    with pytest.raises(TurnKeyDamagedError) as raised:
+        box.open_many(conversation, items)
+    assert raised.value.conversation_id == conversation
+    assert raised.value.turn_ids == ("t1",)
+    assert isinstance(raised.value, TextUnavailableError)
+    assert box.open_many(conversation, items[1:]) == ["two"]
+    assert box.damaged_key_ids(conversation, ["t1", "t2", "gone"]) == ["t1"]
+    # The store's key still checks: the damage is one row's, not the key's.
+    box.check_master_key(remember=False)
 
 
 @pytest.mark.parametrize("encoded", ["not base64!", "c2hvcnQ=", ""])

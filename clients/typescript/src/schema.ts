@@ -719,6 +719,11 @@ export type components = {
             status: "confirmed" | "failed" | "stopped";
             /** Turn Id */
             turn_id: string;
+            /**
+             * Unreadable
+             * @description key-damaged: not deleted, but the turn's stored key was altered, so its text cannot be read (docs/audit.md)
+             */
+            unreadable?: "key-damaged" | null;
         };
         /** HistoryPageOut */
         HistoryPageOut: {
@@ -1018,6 +1023,11 @@ export type components = {
             status: "confirmed" | "failed" | "stopped";
             /** Turn Id */
             turn_id: string;
+            /**
+             * Unreadable
+             * @description key-damaged: not deleted, but the turn's stored key was altered, so its text cannot be read (docs/audit.md)
+             */
+            unreadable?: "key-damaged" | null;
             /** Version */
             version: number;
         };
