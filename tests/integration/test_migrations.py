@@ -234,33 +234,37 @@ def test_a_store_at_any_older_version_upgrades_to_the_newest(
     assert _schema(store_settings) == newest_schema
 
 
+@pytest.mark.parametrize("component", ["ledger", "keys"])
 def test_a_store_newer_than_the_code_is_refused_and_left_unchanged(
-    store_settings: Settings,
+    store_settings: Settings, component: str
 ) -> None:
     ledger = open_conversations(store_settings)
     try:
         _write_some(ledger)
     finally:
         ledger.close()
-    table = (
-        MIGRATIONS_TABLE
-        if store_settings.persistence == "sqlite"
-        else sql.Identifier(store_settings.postgres_schema, MIGRATIONS_TABLE).as_string(
-            None
+    newest = NEWEST if component == "ledger" else len(SQLITE_KEY_STEPS)
+    future = (
+        f"INSERT INTO {{}} (component, version, description, applied_at) "
+        f"VALUES ('{component}', {newest + 1}, 'from a later release', "
+        "'2030-01-01T00:00:00+00:00')"
+    )
+    if store_settings.persistence == "sqlite":
+        path = (
+            store_settings.sqlite_events_path
+            if component == "ledger"
+            else store_settings.sqlite_keys_path
         )
-    )
-    _execute(
-        store_settings,
-        [
-            f"INSERT INTO {table} (component, version, description, applied_at) "
-            f"VALUES ('ledger', {NEWEST + 1}, 'from a later release', "
-            "'2030-01-01T00:00:00+00:00')"
-        ],
-    )
+        with sqlite3.connect(path) as connection:
+            connection.execute(future.format(MIGRATIONS_TABLE))
+    else:
+        table = sql.Identifier(store_settings.postgres_schema, MIGRATIONS_TABLE)
+        _execute(store_settings, [future.format(table.as_string(None))])
     before = (_schema(store_settings), _versions(store_settings), _dump(store_settings))
     with pytest.raises(SchemaTooNewError) as raised:
         open_conversations(store_settings)
-    assert raised.value.found == NEWEST + 1 and raised.value.newest == NEWEST
+    assert raised.value.component == component
+    assert raised.value.found == newest + 1 and raised.value.newest == newest
     assert "newer than this release" in str(raised.value)
     after = (_schema(store_settings), _versions(store_settings), _dump(store_settings))
     assert after == before
@@ -301,10 +305,13 @@ def test_a_read_only_opening_refuses_a_newer_store_too(
 
 
 def _dump(settings: Settings) -> list[Any]:
-    """Every row of the event database's tables."""
+    """Every row of the store's tables (on SQLite, the event and key files)."""
     if settings.persistence == "sqlite":
-        with sqlite3.connect(settings.sqlite_events_path) as connection:
-            return list(connection.iterdump())
+        dumped = []
+        for path in (settings.sqlite_events_path, settings.sqlite_keys_path):
+            with sqlite3.connect(path) as connection:
+                dumped.extend(connection.iterdump())
+        return dumped
     rows: list[Any] = []
     tables = _execute(
         settings,
