@@ -16,6 +16,7 @@ import pytest
 from psycopg import sql
 
 from tests.integration.restore_paths import child_env
+from tests.integration.test_upgrade_from_0_1 import old_store  # noqa: F401
 from turnledger.infra.exit_codes import EXIT_CANNOT_RUN
 from turnledger.infra.migrations import MIGRATIONS_TABLE, SchemaTooNewError
 from turnledger.infra.migrations import ledger as ledger_steps
@@ -146,6 +147,11 @@ def _schema(settings: Settings) -> list[Any]:
 
 
 def _versions(settings: Settings, component: str = "ledger") -> list[int]:
+    query = f"SELECT version FROM {{}} WHERE component = '{component}' ORDER BY version"
+    if settings.persistence == "sqlite" and component == "keys":
+        with sqlite3.connect(settings.sqlite_keys_path) as connection:
+            rows = connection.execute(query.format(MIGRATIONS_TABLE)).fetchall()
+        return [int(version) for (version,) in rows]
     table = (
         MIGRATIONS_TABLE
         if settings.persistence == "sqlite"
@@ -153,10 +159,7 @@ def _versions(settings: Settings, component: str = "ledger") -> list[int]:
     )
     rows = _execute(
         settings,
-        [
-            f"SELECT version FROM {table} WHERE component = '{component}' "
-            "ORDER BY version"
-        ],
+        [query.format(table)],
     )
     return [int(version) for (version,) in rows]
 
@@ -352,6 +355,8 @@ from turnledger.infra.postgres import ensure_schema
 from turnledger.infra.service_layer.application import Conversations
 from turnledger.infra.settings import Settings
 from turnledger.infra.vault import new_master_key
+
+from tests.integration.test_upgrade_from_0_1 import old_store  # noqa: F401
 from turnledger.infra.vault import KeyVault
 
 settings = Settings()
@@ -442,3 +447,42 @@ def test_processes_starting_at_once_on_one_sqlite_store_migrate_once(
                 (component,),
             ).fetchall()
         assert [version for (version,) in versions] == list(range(1, newest + 1))
+
+
+def test_a_store_written_by_0_1_reaches_the_newest_schema(
+    old_store: tuple[Settings, Any],  # noqa: F811 - the fixture imported above
+    tmp_path: Path,
+) -> None:
+    settings, _ = old_store
+    open_conversations(settings).close()
+    assert _versions(settings) == list(range(1, NEWEST + 1))
+    assert _versions(settings, "keys") == list(range(1, len(SQLITE_KEY_STEPS) + 1))
+    if settings.persistence == "sqlite":
+        fresh = Settings(
+            _env_file=None, persistence="sqlite", data_dir=tmp_path / "fresh"
+        )
+    else:
+        fresh = settings.model_copy(
+            update={"postgres_schema": f"{settings.postgres_schema}_fresh"}
+        )
+    try:
+        open_conversations(fresh).close()
+        assert _shape(settings) == _shape(fresh)
+    finally:
+        if fresh.persistence == "postgres":
+            _execute(
+                fresh,
+                [
+                    sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(
+                        sql.Identifier(fresh.postgres_schema)
+                    )
+                ],
+            )
+
+
+def _shape(settings: Settings) -> str:
+    """The schema, with the PostgreSQL schema's own name left out."""
+    shape = repr(_schema(settings))
+    if settings.persistence == "postgres":
+        shape = shape.replace(settings.postgres_schema, "<schema>")
+    return shape
