@@ -70,3 +70,10 @@ class PostgresReadSideFactory(PostgresFactory):
             self.datastore,
             target_session_attrs=self.env.get("POSTGRES_TARGET_SESSION_ATTRS", "any"),
         )
+
+    def application_recorder(self) -> PostgresReadSideRecorder:
+        recorder = super().application_recorder()
+        assert isinstance(recorder, PostgresReadSideRecorder)
+        if not self.env_create_table():  # read-only: nothing is migrated
+            recorder.check_schema_version()
+        return recorder

@@ -29,6 +29,7 @@ from turnledger.infra.library_compat import PostgresRecorderWithRows
 from turnledger.infra.migrations import ledger as ledger_steps
 from turnledger.infra.migrations.runner import (
     StoreNames,
+    check_postgres_version,
     migrate_postgres,
     postgres_startup_lock,
 )
@@ -130,6 +131,16 @@ class PostgresReadSideRecorder(
                 ledger_steps.COMPONENT,
                 ledger_steps.POSTGRES_STEPS,
                 StoreNames(schema=schema, events_table=self.events_table_name),
+            )
+
+    def check_schema_version(self) -> None:
+        """For a read-only opening: refuse a read side newer than the code."""
+        with self.datastore.transaction(commit=False) as curs:
+            check_postgres_version(
+                curs,
+                ledger_steps.COMPONENT,
+                ledger_steps.POSTGRES_STEPS,
+                StoreNames(schema=self.datastore.schema),
             )
 
     def _batch_inserts(

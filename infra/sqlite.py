@@ -19,6 +19,7 @@ from turnledger.infra.library_compat import SQLiteRecorderWithRows
 from turnledger.infra.migrations import ledger as ledger_steps
 from turnledger.infra.migrations.runner import (
     StoreNames,
+    check_sqlite_version,
     migrate_sqlite,
     sqlite_write_transaction,
 )
@@ -299,6 +300,11 @@ class SQLiteReadSideRecorder(SQLiteRecorderWithRows):
                 StoreNames(events_table=self.events_table_name),
             )
 
+    def check_schema_version(self) -> None:
+        """For a read-only opening: refuse a read side newer than the code."""
+        with self.datastore.transaction(commit=False) as c:
+            check_sqlite_version(c, ledger_steps.COMPONENT, ledger_steps.SQLITE_STEPS)
+
     def write_rows(
         self,
         c: SQLiteCursor,
@@ -547,3 +553,10 @@ class SQLiteReadSideRecorder(SQLiteRecorderWithRows):
 
 class SQLiteReadSideFactory(SQLiteFactory):
     application_recorder_class = SQLiteReadSideRecorder
+
+    def application_recorder(self) -> SQLiteReadSideRecorder:
+        recorder = super().application_recorder()
+        assert isinstance(recorder, SQLiteReadSideRecorder)
+        if not self.env_create_table():  # read-only: nothing is migrated
+            recorder.check_schema_version()
+        return recorder

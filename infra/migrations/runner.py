@@ -131,6 +131,20 @@ def migrate_sqlite(
     return applied
 
 
+def check_sqlite_version(cursor: Any, component: str, steps: Sequence[Step]) -> None:
+    """For a read-only opening, which migrates nothing: refuse a store whose
+    `component` is newer than the code (a store without the table is older)."""
+    if not sqlite_table_exists(cursor, MIGRATIONS_TABLE):
+        return
+    cursor.execute(
+        f"SELECT coalesce(max(version), 0) FROM {MIGRATIONS_TABLE} WHERE component = ?",
+        (component,),
+    )
+    found = int(cursor.fetchone()[0])
+    if found > newest_version(steps):
+        raise SchemaTooNewError(component, found, newest_version(steps))
+
+
 @contextmanager
 def sqlite_write_transaction(connection: sqlite3.Connection) -> Iterator[Any]:
     """BEGIN IMMEDIATE … COMMIT on a connection in autocommit mode (rolled
@@ -228,6 +242,24 @@ def migrate_postgres(
             )
             applied.append(step.version)
     return applied
+
+
+def check_postgres_version(
+    cursor: Any, component: str, steps: Sequence[Step], names: StoreNames
+) -> None:
+    """As `check_sqlite_version`, on PostgreSQL."""
+    cursor.execute("SELECT to_regclass(%s)", (_qualified(names, MIGRATIONS_TABLE),))
+    if _first_cell(cursor.fetchone()) is None:
+        return
+    cursor.execute(
+        sql.SQL("SELECT coalesce(max(version), 0) FROM {} WHERE component = %s").format(
+            names.table(MIGRATIONS_TABLE)
+        ),
+        (component,),
+    )
+    found = int(_first_cell(cursor.fetchone()))
+    if found > newest_version(steps):
+        raise SchemaTooNewError(component, found, newest_version(steps))
 
 
 def _first_cell(row: Any) -> Any:

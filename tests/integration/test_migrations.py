@@ -16,12 +16,15 @@ import pytest
 from psycopg import sql
 
 from tests.integration.restore_paths import child_env
+from tests.integration.test_upgrade_from_0_1 import old_store  # noqa: F401
+from turnledger.infra.exit_codes import EXIT_CANNOT_RUN
 from turnledger.infra.migrations import MIGRATIONS_TABLE, SchemaTooNewError
 from turnledger.infra.migrations import ledger as ledger_steps
-from turnledger.infra.migrations.stores import POSTGRES_KEY_STEPS
+from turnledger.infra.migrations.stores import POSTGRES_KEY_STEPS, SQLITE_KEY_STEPS
 from turnledger.infra.persistence import open_conversations
 from turnledger.infra.service_layer.application import Conversations
 from turnledger.infra.settings import Settings
+from turnledger.infra.vault import new_master_key
 
 ROOT = Path(__file__).resolve().parents[2]
 OWNERS = ("ann", "ben")
@@ -144,6 +147,11 @@ def _schema(settings: Settings) -> list[Any]:
 
 
 def _versions(settings: Settings, component: str = "ledger") -> list[int]:
+    query = f"SELECT version FROM {{}} WHERE component = '{component}' ORDER BY version"
+    if settings.persistence == "sqlite" and component == "keys":
+        with sqlite3.connect(settings.sqlite_keys_path) as connection:
+            rows = connection.execute(query.format(MIGRATIONS_TABLE)).fetchall()
+        return [int(version) for (version,) in rows]
     table = (
         MIGRATIONS_TABLE
         if settings.persistence == "sqlite"
@@ -151,10 +159,7 @@ def _versions(settings: Settings, component: str = "ledger") -> list[int]:
     )
     rows = _execute(
         settings,
-        [
-            f"SELECT version FROM {table} WHERE component = '{component}' "
-            "ORDER BY version"
-        ],
+        [query.format(table)],
     )
     return [int(version) for (version,) in rows]
 
@@ -232,14 +237,46 @@ def test_a_store_at_any_older_version_upgrades_to_the_newest(
     assert _schema(store_settings) == newest_schema
 
 
+@pytest.mark.parametrize("component", ["ledger", "keys"])
 def test_a_store_newer_than_the_code_is_refused_and_left_unchanged(
-    store_settings: Settings,
+    store_settings: Settings, component: str
 ) -> None:
     ledger = open_conversations(store_settings)
     try:
         _write_some(ledger)
     finally:
         ledger.close()
+    newest = NEWEST if component == "ledger" else len(SQLITE_KEY_STEPS)
+    future = (
+        f"INSERT INTO {{}} (component, version, description, applied_at) "
+        f"VALUES ('{component}', {newest + 1}, 'from a later release', "
+        "'2030-01-01T00:00:00+00:00')"
+    )
+    if store_settings.persistence == "sqlite":
+        path = (
+            store_settings.sqlite_events_path
+            if component == "ledger"
+            else store_settings.sqlite_keys_path
+        )
+        with sqlite3.connect(path) as connection:
+            connection.execute(future.format(MIGRATIONS_TABLE))
+    else:
+        table = sql.Identifier(store_settings.postgres_schema, MIGRATIONS_TABLE)
+        _execute(store_settings, [future.format(table.as_string(None))])
+    before = (_schema(store_settings), _versions(store_settings), _dump(store_settings))
+    with pytest.raises(SchemaTooNewError) as raised:
+        open_conversations(store_settings)
+    assert raised.value.component == component
+    assert raised.value.found == newest + 1 and raised.value.newest == newest
+    assert "newer than this release" in str(raised.value)
+    after = (_schema(store_settings), _versions(store_settings), _dump(store_settings))
+    assert after == before
+
+
+def test_a_read_only_opening_refuses_a_newer_store_too(
+    store_settings: Settings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    open_conversations(store_settings).close()
     table = (
         MIGRATIONS_TABLE
         if store_settings.persistence == "sqlite"
@@ -255,20 +292,29 @@ def test_a_store_newer_than_the_code_is_refused_and_left_unchanged(
             "'2030-01-01T00:00:00+00:00')"
         ],
     )
-    before = (_schema(store_settings), _versions(store_settings), _dump(store_settings))
-    with pytest.raises(SchemaTooNewError) as raised:
-        open_conversations(store_settings)
-    assert raised.value.found == NEWEST + 1 and raised.value.newest == NEWEST
-    assert "newer than this release" in str(raised.value)
-    after = (_schema(store_settings), _versions(store_settings), _dump(store_settings))
-    assert after == before
+    with pytest.raises(SchemaTooNewError):
+        open_conversations(store_settings, read_only=True)
+    # The audit (read-only) says so in one line and cannot run.
+    code = subprocess.run(
+        [sys.executable, "-m", "turnledger.infra.cli", "audit"],
+        env=child_env(store_settings),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert code.returncode == EXIT_CANNOT_RUN, code.stderr
+    assert "newer than this release's newest" in code.stderr
 
 
 def _dump(settings: Settings) -> list[Any]:
-    """Every row of the event database's tables."""
+    """Every row of the store's tables (on SQLite, the event and key files)."""
     if settings.persistence == "sqlite":
-        with sqlite3.connect(settings.sqlite_events_path) as connection:
-            return list(connection.iterdump())
+        dumped = []
+        for path in (settings.sqlite_events_path, settings.sqlite_keys_path):
+            with sqlite3.connect(path) as connection:
+                dumped.extend(connection.iterdump())
+        return dumped
     rows: list[Any] = []
     tables = _execute(
         settings,
@@ -308,10 +354,16 @@ from turnledger.infra.persistence import eventsourcing_env, key_store, master_ke
 from turnledger.infra.postgres import ensure_schema
 from turnledger.infra.service_layer.application import Conversations
 from turnledger.infra.settings import Settings
+from turnledger.infra.vault import new_master_key
+
+from tests.integration.test_upgrade_from_0_1 import old_store  # noqa: F401
 from turnledger.infra.vault import KeyVault
 
 settings = Settings()
-ensure_schema(settings.postgres_conninfo(), settings.postgres_schema)
+if settings.persistence == "postgres":
+    ensure_schema(settings.postgres_conninfo(), settings.postgres_schema)
+else:
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
 vault = KeyVault(key_store(settings), master_key(settings))
 Conversations(eventsourcing_env(settings), vault=vault).close()
 """
@@ -358,3 +410,79 @@ def test_processes_starting_at_once_on_one_schema_migrate_once(
         assert [row[1] for row in applied] == list(range(1, newest + 1))
         # Every step of a component by one process, in one transaction.
         assert len({row[2] for row in applied}) == 1
+
+
+def test_processes_starting_at_once_on_one_sqlite_store_migrate_once(
+    tmp_path: Path,
+) -> None:
+    settings = Settings(
+        _env_file=None,
+        persistence="sqlite",
+        data_dir=tmp_path / "data",
+        master_key=new_master_key(),
+    )
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", _START_ONE],
+            env=child_env(settings),
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
+    outcomes = [child.communicate(timeout=120) for child in children]
+    failures = [err.strip().splitlines()[-1:] for _, err in outcomes if err.strip()]
+    assert [child.returncode for child in children] == [0] * 4, failures
+    # Each step once (the table's key is component and version).
+    for path, component, newest in (
+        (settings.sqlite_events_path, "ledger", NEWEST),
+        (settings.sqlite_keys_path, "keys", len(SQLITE_KEY_STEPS)),
+    ):
+        with sqlite3.connect(path) as connection:
+            versions = connection.execute(
+                f"SELECT version FROM {MIGRATIONS_TABLE} WHERE component = ? "
+                "ORDER BY version",
+                (component,),
+            ).fetchall()
+        assert [version for (version,) in versions] == list(range(1, newest + 1))
+
+
+def test_a_store_written_by_0_1_reaches_the_newest_schema(
+    old_store: tuple[Settings, Any],  # noqa: F811 - the fixture imported above
+    tmp_path: Path,
+) -> None:
+    settings, _ = old_store
+    open_conversations(settings).close()
+    assert _versions(settings) == list(range(1, NEWEST + 1))
+    assert _versions(settings, "keys") == list(range(1, len(SQLITE_KEY_STEPS) + 1))
+    if settings.persistence == "sqlite":
+        fresh = Settings(
+            _env_file=None, persistence="sqlite", data_dir=tmp_path / "fresh"
+        )
+    else:
+        fresh = settings.model_copy(
+            update={"postgres_schema": f"{settings.postgres_schema}_fresh"}
+        )
+    try:
+        open_conversations(fresh).close()
+        assert _shape(settings) == _shape(fresh)
+    finally:
+        if fresh.persistence == "postgres":
+            _execute(
+                fresh,
+                [
+                    sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(
+                        sql.Identifier(fresh.postgres_schema)
+                    )
+                ],
+            )
+
+
+def _shape(settings: Settings) -> str:
+    """The schema, with the PostgreSQL schema's own name left out."""
+    shape = repr(_schema(settings))
+    if settings.persistence == "postgres":
+        shape = shape.replace(settings.postgres_schema, "<schema>")
+    return shape
