@@ -208,7 +208,7 @@ class ConversationQueries:
         """Decrypt these turns from their events for `owner_id`; None where
         the key is gone (and, with `damaged`, where it is damaged: see
         `open_turns`). Raises SealMismatchError where a text was not sealed
-        for `owner_id` (see `_owned_events`)."""
+        for `owner_id` (see `owned_events`)."""
         if not rows:
             return {}
         opened = open_turns(
@@ -228,7 +228,7 @@ class ConversationQueries:
         """The events that recorded these turns (confirmed or abandoned)."""
         wanted = {row.turn_id for row in rows}
         versions = [row.version for row in rows]
-        return self._owned_events(
+        return self.owned_events(
             conversation_id,
             owner_id,
             [
@@ -243,7 +243,7 @@ class ConversationQueries:
             ],
         )
 
-    def _owned_events(
+    def owned_events(
         self, conversation_id: UUID, owner_id: str, events: list[Any]
     ) -> list[Any]:
         """`events`, once their texts are known to be `owner_id`'s.
@@ -322,7 +322,7 @@ class ConversationQueries:
         return turns
 
     def read_fold(self, conversation_id: UUID, fold: FoldRow, *, owner_id: str) -> str:
-        (recorded,) = self._owned_events(
+        (recorded,) = self.owned_events(
             conversation_id,
             owner_id,
             list(

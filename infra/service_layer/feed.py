@@ -296,7 +296,11 @@ class ConversationFeed:
             opened = open_turns(
                 self._ledger.vault,
                 conversation_id,
-                recorded_turns,
+                # Texts sealed before owners were bound: only for the owner
+                # of the Started event, whatever the owner index says.
+                self._ledger.queries.owned_events(
+                    conversation_id, owner_id, recorded_turns
+                ),
                 owner_id=owner_id,
                 damaged=found,
             )

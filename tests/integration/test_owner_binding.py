@@ -21,6 +21,7 @@ from tests.integration.tamper import RawEvents
 from turnledger.domain.errors import SealMismatchError
 from turnledger.infra.http.app import create_app
 from turnledger.infra.service_layer.application import Conversations
+from turnledger.infra.service_layer.feed import ConversationFeed
 from turnledger.infra.settings import Settings
 from turnledger.infra.vault import KeyVault
 
@@ -140,6 +141,17 @@ def test_turns_sealed_before_owners_were_bound_are_checked_against_started(
     )
     _give_to_mallory(raw, conversation_id)
     _refused(ledger, conversation_id)
+    # The sync feed too, with the owner index rewritten to hand them over.
+    feed_table = (
+        "owner_feed"
+        if raw.kind == "sqlite"
+        else f"{settings.postgres_schema}.owner_feed"
+    )
+    raw.edit_read_side(
+        f"UPDATE {feed_table} SET owner_id = %s WHERE owner_id = %s", (MALLORY, ALICE)
+    )
+    with pytest.raises(SealMismatchError):
+        ConversationFeed(ledger).changes_since(MALLORY, 0)
 
 
 @durable_stores

@@ -1228,7 +1228,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            /** @description a turn's text whose key was destroyed meanwhile */
+            /** @description a turn's text whose key was destroyed meanwhile, whose stored key is damaged, or whose seal does not open for this owner */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -1332,7 +1332,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            /** @description a turn's text whose key was destroyed meanwhile */
+            /** @description a turn's text whose key was destroyed meanwhile, whose stored key is damaged, or whose seal does not open for this owner */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -1437,7 +1437,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            /** @description a turn's text whose key was destroyed meanwhile */
+            /** @description a turn's text whose key was destroyed meanwhile, whose stored key is damaged, or whose seal does not open for this owner */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -1544,7 +1544,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            /** @description a turn's text whose key was destroyed meanwhile */
+            /** @description a turn's text whose key was destroyed meanwhile, whose stored key is damaged, or whose seal does not open for this owner */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -1652,7 +1652,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            /** @description a turn's text whose key was destroyed meanwhile */
+            /** @description a turn's text whose key was destroyed meanwhile, whose stored key is damaged, or whose seal does not open for this owner */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -1758,7 +1758,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            /** @description a turn's text whose key was destroyed meanwhile */
+            /** @description a turn's text whose key was destroyed meanwhile, whose stored key is damaged, or whose seal does not open for this owner */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -1867,7 +1867,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            /** @description a turn's text whose key was destroyed meanwhile */
+            /** @description a turn's text whose key was destroyed meanwhile, whose stored key is damaged, or whose seal does not open for this owner */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -1975,7 +1975,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            /** @description a turn's text whose key was destroyed meanwhile */
+            /** @description a turn's text whose key was destroyed meanwhile, whose stored key is damaged, or whose seal does not open for this owner */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -2085,7 +2085,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            /** @description a turn's text whose key was destroyed meanwhile */
+            /** @description a turn's text whose key was destroyed meanwhile, whose stored key is damaged, or whose seal does not open for this owner */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -2195,7 +2195,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            /** @description a turn's text whose key was destroyed meanwhile */
+            /** @description a turn's text whose key was destroyed meanwhile, whose stored key is damaged, or whose seal does not open for this owner */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -2306,7 +2306,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            /** @description a turn's text whose key was destroyed meanwhile */
+            /** @description a turn's text whose key was destroyed meanwhile, whose stored key is damaged, or whose seal does not open for this owner */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -2407,7 +2407,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            /** @description a turn's text whose key was destroyed meanwhile */
+            /** @description a turn's text whose key was destroyed meanwhile, whose stored key is damaged, or whose seal does not open for this owner */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -2512,7 +2512,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            /** @description a turn's text whose key was destroyed meanwhile */
+            /** @description a turn's text whose key was destroyed meanwhile, whose stored key is damaged, or whose seal does not open for this owner */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -2615,7 +2615,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            /** @description a turn's text whose key was destroyed meanwhile */
+            /** @description a turn's text whose key was destroyed meanwhile, whose stored key is damaged, or whose seal does not open for this owner */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -2719,7 +2719,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            /** @description a turn's text whose key was destroyed meanwhile */
+            /** @description a turn's text whose key was destroyed meanwhile, whose stored key is damaged, or whose seal does not open for this owner */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -2840,7 +2840,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            /** @description a turn's text whose key was destroyed meanwhile */
+            /** @description a turn's text whose key was destroyed meanwhile, whose stored key is damaged, or whose seal does not open for this owner */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -2979,7 +2979,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            /** @description a turn's text whose key was destroyed meanwhile */
+            /** @description a turn's text whose key was destroyed meanwhile, whose stored key is damaged, or whose seal does not open for this owner */
             410: {
                 headers: {
                     [name: string]: unknown;

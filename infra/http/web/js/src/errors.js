@@ -28,6 +28,11 @@ export class InvalidInputError extends ServiceError {
     name = "InvalidInputError";
 }
 /** 413 turn_too_large: one turn over the service's size limit. */
+/** 422 cursor_expired: the cursor predates a restore of the store from an
+ * older backup; sync again from the beginning and replace the local copy. */
+export class CursorExpiredError extends InvalidInputError {
+    name = "CursorExpiredError";
+}
 export class TurnTooLargeError extends InvalidInputError {
     name = "TurnTooLargeError";
 }
@@ -78,6 +83,15 @@ export class VersionConflictError extends ConflictError {
 export class TextUnavailableError extends ServiceError {
     name = "TextUnavailableError";
 }
+/** 410 turn_key_damaged: the turn's stored key was altered; other turns read. */
+export class TurnKeyDamagedError extends TextUnavailableError {
+    name = "TurnKeyDamagedError";
+}
+/** 410 seal_mismatch: the text does not open here (altered, moved, or not
+ * sealed for this owner); nothing of it is served. */
+export class SealMismatchError extends TextUnavailableError {
+    name = "SealMismatchError";
+}
 /** 422 window_error: the window cannot be built under this policy. */
 export class WindowError extends ServiceError {
     name = "WindowError";
@@ -112,6 +126,7 @@ export class ServiceUnreachableError extends TurnLedgerError {
 export const ERROR_CLASSES = {
     turn_too_large: TurnTooLargeError,
     invalid_input: InvalidInputError,
+    cursor_expired: CursorExpiredError,
     invalid_request: InvalidInputError,
     malformed_json: InvalidInputError,
     body_too_large: InvalidInputError,
@@ -127,6 +142,8 @@ export const ERROR_CLASSES = {
     fold_conflict: FoldConflictError,
     log_inconsistent: ConflictError,
     text_unavailable: TextUnavailableError,
+    turn_key_damaged: TurnKeyDamagedError,
+    seal_mismatch: SealMismatchError,
     window_error: WindowError,
     too_many_long_polls: LongPollLimitError,
     database_unavailable: DatabaseUnavailableError,
