@@ -11,6 +11,10 @@
     │   └── TurnDeletedError         a write or read names a turn that was deleted
     ├── VersionConflictError         the caller's expected version is stale
     ├── TextUnavailableError         sealed text whose key has been destroyed
+    │   ├── TurnKeyDamagedError      a turn's stored (wrapped) key was altered: that
+    │   │                            turn cannot be read, the others can
+    │   └── SealMismatchError        sealed text does not open where it is read:
+    │                                altered, moved, or read for another owner
     ├── DeviceNotFoundError          unknown device, or another user's
     ├── UnauthenticatedError         missing, unknown or revoked device token
     │   └── CredentialRevokedError   a write's device was revoked before it committed
@@ -172,6 +176,45 @@ class TextUnavailableError(TurnLedgerError):
         super().__init__(
             f"text of turn {turn_id} in conversation {conversation_id} "
             "cannot be read: its key has been destroyed"
+        )
+
+
+class TurnKeyDamagedError(TextUnavailableError):
+    """Raised when turns' wrapped data keys no longer unwrap under the store's
+    master key (checked when the store opens): those key rows were altered, so
+    those turns' texts cannot be read; every other turn still can."""
+
+    def __init__(self, conversation_id: UUID, turn_ids: tuple[str, ...]) -> None:
+        self.conversation_id = conversation_id
+        self.turn_ids = tuple(turn_ids)
+        self.turn_id = self.turn_ids[0]
+        TurnLedgerError.__init__(
+            self,
+            f"the stored key of turn(s) {', '.join(self.turn_ids)} in conversation "
+            f"{conversation_id} is damaged (its key row was altered): that text "
+            "cannot be read; the conversation's other turns are unaffected "
+            "(`turnledger audit` locates every damaged key)",
+        )
+
+
+class SealMismatchError(TextUnavailableError):
+    """Raised when a sealed text does not open where it is read: its bytes
+    were altered, it was moved from another turn, field or conversation, or
+    it is read for an owner other than the one it was sealed for (the
+    read side rewritten to name another owner)."""
+
+    def __init__(
+        self, conversation_id: UUID, turn_id: str, field: str, reason: str
+    ) -> None:
+        self.conversation_id = conversation_id
+        self.turn_id = turn_id
+        self.field = field
+        self.reason = reason
+        TurnLedgerError.__init__(
+            self,
+            f"the sealed {field} of turn {turn_id} in conversation "
+            f"{conversation_id} does not open here: {reason}; nothing of it is "
+            "served (`turnledger audit` reports what was changed)",
         )
 
 

@@ -24,6 +24,7 @@ RECEIPT_INVALID = "receipt-invalid"  # a stored receipt is malformed
 RECEIPT_MISMATCH = "receipt-mismatch"  # re-derived body differs from the receipt
 TEXT_MISSING = "text-missing"  # text of a turn that was never deleted cannot be read
 UNREADABLE = "unreadable"  # sealed text fails to open: its ciphertext was altered
+DAMAGED_KEY = "damaged-key"  # a turn's (or fold's) stored key was altered
 SNAPSHOT_MISMATCH = "snapshot-mismatch"  # a snapshot is not what its events give
 TRUNCATED = "truncated"  # the log ends before a head an anchor recorded
 ANCHOR_MISMATCH = "anchor-mismatch"  # the event an anchor recorded has another digest

@@ -48,6 +48,12 @@ class NewKey:
     wrapped: bytes
 
 
+# The leading byte of a seal whose associated data binds the conversation's
+# owner (infra/vault.py). Texts sealed before it (other leading bytes) are
+# checked against the owner in the conversation's chained `Started` event.
+SEAL_BOUND_TO_OWNER = b"\x03"
+
+
 class TextVault(Protocol):
     """Seals turn text with keys held outside the event log.
 
@@ -73,15 +79,35 @@ class TextVault(Protocol):
         ...
 
     def seal_with(
-        self, data_key: bytes, conversation_id: UUID, key_id: str, field: str, text: str
+        self,
+        data_key: bytes,
+        conversation_id: UUID,
+        key_id: str,
+        field: str,
+        text: str,
+        *,
+        owner_id: str,
     ) -> bytes:
-        """Encrypt `text` under `data_key`, bound to the turn and field."""
+        """Encrypt `text` under `data_key`, bound to the conversation, turn,
+        field and the conversation's owner."""
         ...
 
     def open_many(
-        self, conversation_id: UUID, items: Sequence[tuple[str, str, bytes]]
+        self,
+        conversation_id: UUID,
+        items: Sequence[tuple[str, str, bytes]],
+        owner_id: str | None = None,
     ) -> list[str | None]:
-        """Decrypt (turn_id, field, sealed) items; None where the key is gone."""
+        """Decrypt (turn_id, field, sealed) items; None where the key is gone.
+        A text bound to its owner opens only with that `owner_id`; one that
+        does not open in its place raises SealMismatchError."""
+        ...
+
+    def damaged_key_ids(
+        self, conversation_id: UUID, key_ids: Collection[str]
+    ) -> list[str]:
+        """Those of `key_ids` whose stored key is damaged (no longer unwraps);
+        `open_many` raises TurnKeyDamagedError for them."""
         ...
 
     def receipt_key(

@@ -517,13 +517,14 @@ class CheckpointWriter:
                     f"{departure[1]} (newest checkpoint {previous and previous.path})"
                     f": run `turnledger audit --checkpoint {self._out_dir}`"
                 )
-        elif not self._record.exists():
+        try:
+            head = self._record.current_head()
+        except FileNotFoundError:
             raise LogInconsistentError(
                 f"the deletion record {self._record.path} this store follows is "
                 "missing: nothing is signed without it (docs/deletion.md)"
-            )
+            ) from None
         self._record_checked = True
-        head = self._record.current_head()
         if signed is not None and head.entries < signed.head.entries:
             raise LogInconsistentError(
                 f"the deletion record {self._record.path} holds {head.entries} "

@@ -18,6 +18,17 @@ from psycopg_pool import ConnectionPool
 
 from turnledger.domain.errors import DatabaseUnavailableError
 from turnledger.infra.devices import Device, DeviceStore
+from turnledger.infra.migrations.runner import (
+    StoreNames,
+    migrate_postgres,
+    migrate_sqlite,
+    sqlite_write_transaction,
+)
+from turnledger.infra.migrations.stores import (
+    DEVICES,
+    POSTGRES_DEVICE_STEPS,
+    SQLITE_DEVICE_STEPS,
+)
 from turnledger.infra.pool_check import RECONNECT_TIMEOUT_SECONDS, check_unless_quiet
 from turnledger.infra.postgres import DEVICE_TABLE, ensure_schema
 from turnledger.infra.settings import Settings
@@ -102,17 +113,11 @@ class SQLiteDeviceStore:
             str(path), check_same_thread=False, isolation_level=None, timeout=30
         )
         self._lock = threading.Lock()
-        with self._cursor() as connection:
-            connection.execute(
-                "CREATE TABLE IF NOT EXISTS devices ("
-                " device_id TEXT PRIMARY KEY,"
-                " user_id TEXT NOT NULL,"
-                " name TEXT NOT NULL,"
-                " created_at TEXT NOT NULL,"
-                " revoked_at TEXT,"
-                " added_by TEXT,"
-                " token_digest BLOB NOT NULL UNIQUE)"
-            )
+        with (
+            self._cursor() as connection,
+            sqlite_write_transaction(connection) as cursor,
+        ):
+            migrate_sqlite(cursor, DEVICES, SQLITE_DEVICE_STEPS, StoreNames())
 
     @contextmanager
     def _cursor(self) -> Iterator[sqlite3.Connection]:
@@ -245,17 +250,11 @@ class PostgresDeviceStore:
         )
         try:
             with self._connection() as connection:
-                connection.execute(
-                    sql.SQL(
-                        "CREATE TABLE IF NOT EXISTS {} ("
-                        " device_id text PRIMARY KEY,"
-                        " user_id text NOT NULL,"
-                        " name text NOT NULL,"
-                        " created_at timestamptz NOT NULL,"
-                        " revoked_at timestamptz,"
-                        " added_by text,"
-                        " token_digest bytea NOT NULL UNIQUE)"
-                    ).format(self._table)
+                migrate_postgres(
+                    connection,
+                    DEVICES,
+                    POSTGRES_DEVICE_STEPS,
+                    StoreNames(schema=schema),
                 )
         except BaseException:
             self._pool.close()

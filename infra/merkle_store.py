@@ -47,6 +47,18 @@ from turnledger.domain.merkle import (
     tree_fault,
 )
 from turnledger.domain.transparency import RawLog, leaf_input
+from turnledger.infra.migrations.runner import (
+    StoreNames,
+    ensure_schema,
+    migrate_postgres,
+    migrate_sqlite,
+    sqlite_write_transaction,
+)
+from turnledger.infra.migrations.stores import (
+    MERKLE,
+    POSTGRES_MERKLE_STEPS,
+    SQLITE_MERKLE_STEPS,
+)
 from turnledger.infra.service_layer.application import Conversations
 from turnledger.infra.settings import Settings
 
@@ -191,16 +203,7 @@ def _checked(
 
 # SQLite ------------------------------------------------------------------------
 
-_SQLITE_SCHEMA = [
-    "CREATE TABLE IF NOT EXISTS merkle_nodes (level INTEGER NOT NULL, "
-    "idx INTEGER NOT NULL, hash BLOB NOT NULL, PRIMARY KEY (level, idx)) WITHOUT ROWID",
-    "CREATE TABLE IF NOT EXISTS merkle_leaves (position INTEGER PRIMARY KEY, "
-    "notification_id INTEGER NOT NULL UNIQUE, leaf_input BLOB NOT NULL, "
-    "leaf_hash BLOB NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS merkle_tracking (id INTEGER PRIMARY KEY "
-    "CHECK (id = 1), size INTEGER NOT NULL, notification_id INTEGER)",
-    "INSERT OR IGNORE INTO merkle_tracking VALUES (1, 0, NULL)",
-]
+# The tree's tables are versioned steps: infra/migrations/stores.py.
 
 
 class _SQLiteWriter:
@@ -268,8 +271,8 @@ class SQLiteLeafStore:
         self._lock = threading.Lock()
         if create:
             self._connection.execute("PRAGMA journal_mode = WAL")
-            for statement in _SQLITE_SCHEMA:
-                self._connection.execute(statement)
+            with sqlite_write_transaction(self._connection) as cursor:
+                migrate_sqlite(cursor, MERKLE, SQLITE_MERKLE_STEPS, StoreNames())
 
     @contextmanager
     def writing(self) -> Iterator[_SQLiteWriter]:
@@ -322,17 +325,6 @@ class SQLiteLeafStore:
 
 
 # PostgreSQL --------------------------------------------------------------------
-
-_POSTGRES_SCHEMA = [
-    "CREATE TABLE IF NOT EXISTS {nodes} (level smallint NOT NULL, idx bigint NOT NULL, "
-    "hash bytea NOT NULL, PRIMARY KEY (level, idx))",
-    "CREATE TABLE IF NOT EXISTS {leaves} (position bigint PRIMARY KEY, "
-    "notification_id bigint NOT NULL UNIQUE, leaf_input bytea NOT NULL, "
-    "leaf_hash bytea NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS {tracking} (id integer PRIMARY KEY CHECK (id = 1), "
-    "size bigint NOT NULL, notification_id bigint)",
-    "INSERT INTO {tracking} VALUES (1, 0, NULL) ON CONFLICT DO NOTHING",
-]
 
 
 class _PostgresWriter:
@@ -392,18 +384,15 @@ class PostgresLeafStore:
         if not create:
             self._connection.read_only = True
             return
-        exists = self._connection.execute(
-            "SELECT to_regclass(%s)", (f'"{schema}".merkle_tracking',)
-        ).fetchone()
-        if exists is None or exists[0] is None:  # DDL only the first time
-            with self._connection.transaction():
-                self._connection.execute(
-                    sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(
-                        sql.Identifier(schema)
-                    )
-                )
-                for statement in _POSTGRES_SCHEMA:
-                    self._connection.execute(sql.SQL(statement).format(**self.tables))
+        ensure_schema(self._connection, schema)
+        migrate_postgres(
+            self._connection,
+            MERKLE,
+            POSTGRES_MERKLE_STEPS,
+            StoreNames(schema=schema),
+            # The tree is a cache of the log: dropped, it is made again.
+            cache_table="merkle_tracking",
+        )
 
     @contextmanager
     def writing(self) -> Iterator[_PostgresWriter]:

@@ -102,6 +102,7 @@ def key_store(settings: Settings, *, read_only: bool = False) -> KeyStore:
                 settings.postgres_schema,
                 pool_size=4,
                 read_only=read_only,
+                connect_timeout=settings.postgres_connect_timeout,
             )
 
 

@@ -13,16 +13,15 @@ from __future__ import annotations
 import psycopg
 from eventsourcing.postgres import PostgresFactory
 from eventsourcing.utils import Environment, EnvType
-from psycopg import sql
 
+from turnledger.infra.migrations.runner import ensure_schema as ensure_schema_on
+from turnledger.infra.migrations.stores import KEY_PARTITIONS
 from turnledger.infra.pool_check import use_quiet_check
-from turnledger.infra.postgres_keys import (
-    KEY_COLUMNS,
-    KEY_PARTITIONS,
-    KEY_TABLE,
-    PostgresKeyStore,
+from turnledger.infra.postgres_keys import KEY_COLUMNS, KEY_TABLE, PostgresKeyStore
+from turnledger.infra.postgres_recorder import (
+    PostgresReadSideRecorder,
+    PostgresSnapshotRecorder,
 )
-from turnledger.infra.postgres_recorder import PostgresReadSideRecorder
 from turnledger.infra.postgres_sql import (
     DEVICE_TABLE,
     as_bytes,
@@ -56,13 +55,12 @@ __all__ = [
 def ensure_schema(conninfo: str, schema: str) -> None:
     """Create the schema the event store and key store live in."""
     with psycopg.connect(conninfo, autocommit=True) as connection:
-        connection.execute(
-            sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema))
-        )
+        ensure_schema_on(connection, schema)
 
 
 class PostgresReadSideFactory(PostgresFactory):
     application_recorder_class = PostgresReadSideRecorder
+    aggregate_recorder_class = PostgresSnapshotRecorder
 
     def __init__(self, env: Environment | EnvType | None) -> None:
         super().__init__(env)
@@ -72,3 +70,10 @@ class PostgresReadSideFactory(PostgresFactory):
             self.datastore,
             target_session_attrs=self.env.get("POSTGRES_TARGET_SESSION_ATTRS", "any"),
         )
+
+    def application_recorder(self) -> PostgresReadSideRecorder:
+        recorder = super().application_recorder()
+        assert isinstance(recorder, PostgresReadSideRecorder)
+        if not self.env_create_table():  # read-only: nothing is migrated
+            recorder.check_schema_version()
+        return recorder

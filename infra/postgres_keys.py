@@ -24,6 +24,11 @@ from turnledger.infra.compaction import (
 )
 from turnledger.infra.key_session import configure_key_session
 from turnledger.infra.keystore import KeyStore
+from turnledger.infra.migrations.runner import StoreNames, migrate_postgres
+from turnledger.infra.migrations.stores import (
+    KEYS,
+    POSTGRES_KEY_STEPS,
+)
 from turnledger.infra.pool_check import (
     RECONNECT_TIMEOUT_SECONDS,
     check_unless_quiet,
@@ -32,7 +37,6 @@ from turnledger.infra.pool_check import (
 # The key table is hash-partitioned by conversation so that compaction (VACUUM
 # FULL, which locks the table it rewrites) rewrites and locks only the small
 # partitions a deletion touched, never the whole key table. See docs/deletion.md.
-KEY_PARTITIONS = 32
 KEY_TABLE = "turn_keys"
 KEY_COLUMNS = "conversation_id, turn_id, wrapped_key"
 
@@ -60,7 +64,11 @@ class PostgresKeyStore(KeyStore):
         pool_size: int = 4,
         horizon_wait_seconds: float = 5.0,
         read_only: bool = False,
+        connect_timeout: float = 5.0,
     ) -> None:
+        """`connect_timeout`: how long a caller waits for a connection
+        (TURNLEDGER_POSTGRES_CONNECT_TIMEOUT), after which it gets the
+        pool's error."""
         self._conninfo = conninfo
         self._schema = schema
         self.horizon_wait_seconds = horizon_wait_seconds
@@ -79,10 +87,11 @@ class PostgresKeyStore(KeyStore):
             name="turnledger-keys",
             configure=configure_key_session,  # no key bytes in the server's log
             # A connection lost in an outage is replaced, not handed out; a
-            # caller waits for one briefly, then gets the pool's error.
+            # caller waits for one as long as a connection may take to open,
+            # then gets the pool's error.
             check=check_unless_quiet,
             reconnect_timeout=RECONNECT_TIMEOUT_SECONDS,
-            timeout=5.0,
+            timeout=connect_timeout,
         )
         if read_only:  # audits change nothing, tables included
             return
@@ -90,61 +99,9 @@ class PostgresKeyStore(KeyStore):
             self._create_tables(connection)
 
     def _create_tables(self, connection: psycopg.Connection[Any]) -> None:
-        connection.execute(
-            sql.SQL(
-                "CREATE TABLE IF NOT EXISTS {} ("
-                " conversation_id uuid NOT NULL,"
-                " turn_id text NOT NULL,"
-                " wrapped_key bytea NOT NULL,"
-                " PRIMARY KEY (conversation_id, turn_id))"
-                " PARTITION BY HASH (conversation_id)"
-            ).format(self._table)
-        )
-        for remainder in range(KEY_PARTITIONS):
-            connection.execute(
-                sql.SQL(
-                    "CREATE TABLE IF NOT EXISTS {} PARTITION OF {} "
-                    "FOR VALUES WITH (MODULUS {}, REMAINDER {})"
-                ).format(
-                    sql.Identifier(self._schema, f"turn_keys_p{remainder:02d}"),
-                    self._table,
-                    sql.Literal(KEY_PARTITIONS),
-                    sql.Literal(remainder),
-                )
-            )
-        # ANALYZE would otherwise copy sample key values into pg_statistic,
-        # where no purge of ours would ever find them.
-        connection.execute(
-            sql.SQL("ALTER TABLE {} ALTER COLUMN wrapped_key SET STATISTICS 0").format(
-                self._table
-            )
-        )
-        # Turns whose keys were destroyed: their keys must never be created again.
-        connection.execute(
-            sql.SQL(
-                "CREATE TABLE IF NOT EXISTS {} ("
-                " conversation_id uuid NOT NULL,"
-                " turn_id text NOT NULL,"
-                " PRIMARY KEY (conversation_id, turn_id))"
-            ).format(self._destroyed)
-        )
-        connection.execute(
-            sql.SQL(
-                "CREATE TABLE IF NOT EXISTS {} ("
-                " application_name text PRIMARY KEY,"
-                " followed_id bigint NOT NULL,"  # every log position seen
-                " destroyed_id bigint NOT NULL,"  # last position that destroyed keys
-                " compacted_id bigint NOT NULL,"  # last destroyed_id compacted
-                " destroyed_xid xid8,"  # transaction of that last destruction
-                " dirty_partitions text[] NOT NULL DEFAULT '{{}}')"
-            ).format(self._tracking)
-        )
-        # The store's ids of itself: its master key's, its deletion record's.
-        connection.execute(
-            sql.SQL(
-                "CREATE TABLE IF NOT EXISTS {} "
-                "(name text PRIMARY KEY, value text NOT NULL)"
-            ).format(self._meta)
+        """The steps of the key store's schema it has not had yet."""
+        migrate_postgres(
+            connection, KEYS, POSTGRES_KEY_STEPS, StoreNames(schema=self._schema)
         )
 
     def put_if_absent(

@@ -13,7 +13,7 @@ from eventsourcing.persistence import (
     OperationalError,
     StoredEvent,
 )
-from eventsourcing.postgres import PostgresDatastore
+from eventsourcing.postgres import PostgresAggregateRecorder, PostgresDatastore
 from eventsourcing.utils import retry
 from psycopg import sql
 from psycopg.pq import TransactionStatus
@@ -26,8 +26,14 @@ from turnledger.domain.errors import (
 from turnledger.domain.ports import NewKey
 from turnledger.infra.key_session import QUIET_KEY_SESSION
 from turnledger.infra.library_compat import PostgresRecorderWithRows
+from turnledger.infra.migrations import ledger as ledger_steps
+from turnledger.infra.migrations.runner import (
+    StoreNames,
+    check_postgres_version,
+    migrate_postgres,
+    postgres_startup_lock,
+)
 from turnledger.infra.owner_feed import (
-    postgres_owner_feed_ddl,
     postgres_select_owner_events,
 )
 from turnledger.infra.postgres_keys import KEY_COLUMNS, KEY_TABLE
@@ -39,7 +45,6 @@ from turnledger.infra.postgres_sql import (
     CREDENTIAL_REVOKED,
     DEVICE_TABLE,
     HEADS_UPSERT,
-    READ_SIDE_DDL,
     WRITE_FUNCTION,
     in_one_statement,
     json_insert,
@@ -101,28 +106,42 @@ class PostgresReadSideRecorder(
         self._quiet_connections: weakref.WeakSet[psycopg.Connection[Any]] = (
             weakref.WeakSet()
         )
-        turns_table = sql.Literal(
-            sql.SQL("{}.{}")
-            .format(self._schema, sql.Identifier("conversation_turns"))
-            .as_string(None)
-        )
-        self.sql_create_statements.extend(
-            sql.SQL(statement).format(  # type: ignore[arg-type]
-                schema=self._schema, turns_table=turns_table
-            )
-            for statement in READ_SIDE_DDL
-        )
+        # The read side's tables and the per-user feed index are versioned
+        # steps (infra/migrations/), applied by create_table.
         self.sql_create_statements.append(self._write_function_ddl())
-        # The per-user feed index (infra/owner_feed.py): after the head rows.
-        self.sql_create_statements.extend(
-            postgres_owner_feed_ddl(datastore.schema, self.events_table_name)
-        )
         self._select_owner_events = {
             with_topics: postgres_select_owner_events(
                 datastore.schema, self.events_table_name, with_topics=with_topics
             )
             for with_topics in (False, True)
         }
+
+    def create_table(self) -> None:
+        """The library's tables and functions, then the steps of the read side
+        this schema has not had yet (infra/migrations/), all under the
+        schema's migration lock: processes starting at once take turns."""
+        schema = self.datastore.schema
+        with (
+            self.datastore.get_connection() as conn,
+            postgres_startup_lock(conn, schema),
+        ):
+            super().create_table()
+            migrate_postgres(
+                conn,
+                ledger_steps.COMPONENT,
+                ledger_steps.POSTGRES_STEPS,
+                StoreNames(schema=schema, events_table=self.events_table_name),
+            )
+
+    def check_schema_version(self) -> None:
+        """For a read-only opening: refuse a read side newer than the code."""
+        with self.datastore.transaction(commit=False) as curs:
+            check_postgres_version(
+                curs,
+                ledger_steps.COMPONENT,
+                ledger_steps.POSTGRES_STEPS,
+                StoreNames(schema=self.datastore.schema),
+            )
 
     def _batch_inserts(
         self, sources: tuple[str, str, str, str]
@@ -386,3 +405,15 @@ class PostgresReadSideRecorder(
             changes,
             key_rows=[(k.conversation_id, k.key_id, k.wrapped) for k in new_keys],
         )
+
+
+class PostgresSnapshotRecorder(PostgresAggregateRecorder):
+    """The library's recorder of the first release's snapshots, its table
+    created under the schema's migration lock, as the events' are."""
+
+    def create_table(self) -> None:
+        with (
+            self.datastore.get_connection() as conn,
+            postgres_startup_lock(conn, self.datastore.schema),
+        ):
+            super().create_table()

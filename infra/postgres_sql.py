@@ -1,4 +1,4 @@
-"""SQL building blocks of the PostgreSQL recorder: the read side's tables,
+"""SQL building blocks of the PostgreSQL recorder: the read side's tables' names,
 many rows as one JSON parameter, several inserts as one statement, and the
 NOTIFY channel and payload of a schema's writes."""
 
@@ -13,59 +13,7 @@ from uuid import UUID
 import orjson
 from psycopg import sql
 
-READ_SIDE_DDL = [
-    "CREATE TABLE IF NOT EXISTS {schema}.conversation_heads ("
-    " conversation_id uuid PRIMARY KEY,"
-    " owner_id text NOT NULL,"
-    " version bigint NOT NULL,"
-    " head_digest text NOT NULL,"
-    " turn_count integer NOT NULL,"
-    " eligible_count integer NOT NULL,"
-    " created_at timestamptz NOT NULL,"
-    " modified_at timestamptz NOT NULL)",
-    "CREATE INDEX IF NOT EXISTS conversation_heads_by_owner "
-    "ON {schema}.conversation_heads (owner_id, created_at)",
-    # One row per turn: columns ordered so that none needs alignment padding,
-    # versions as integer (a conversation never reaches 2**31 events).
-    "CREATE TABLE IF NOT EXISTS {schema}.conversation_turns ("
-    " conversation_id uuid NOT NULL,"
-    " recorded_at timestamptz NOT NULL,"
-    " deleted_at timestamptz,"
-    " position integer NOT NULL,"
-    " version integer NOT NULL,"
-    " deleted_version integer,"
-    " question_json_bytes integer,"
-    " answer_json_bytes integer,"
-    " question_chars integer,"
-    " answer_chars integer,"
-    ' status "char" NOT NULL,'
-    " turn_id text NOT NULL,"
-    # Checked at commit: a violation then fails the whole transaction as an
-    # integrity error, where an immediate one would abort the pipeline the
-    # library writes the events in, and surface as "pipeline aborted".
-    " PRIMARY KEY (conversation_id, position) DEFERRABLE INITIALLY DEFERRED,"
-    " UNIQUE (conversation_id, turn_id) DEFERRABLE INITIALLY DEFERRED)",
-    # Added with turn parts: NULL (a text-only turn) in rows written before.
-    # Checked first: ALTER TABLE would lock the table at every start-up.
-    "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_attribute"
-    " WHERE attrelid = {turns_table}::regclass AND attname = 'parts_sizes'"
-    " AND NOT attisdropped) THEN"
-    " ALTER TABLE {schema}.conversation_turns ADD COLUMN parts_sizes text;"
-    " END IF; END $$",
-    "CREATE TABLE IF NOT EXISTS {schema}.conversation_folds ("
-    " conversation_id uuid NOT NULL,"
-    " fold_id text NOT NULL,"
-    " version bigint NOT NULL,"
-    " recorded_at timestamptz NOT NULL,"
-    " covers_through_turn_id text NOT NULL,"
-    " covers_through_position integer NOT NULL,"
-    " covered_turns integer NOT NULL,"
-    " covered_eligible integer NOT NULL,"
-    " summary_json_bytes integer,"
-    " summary_chars integer,"
-    " withdrawn_version bigint,"
-    " PRIMARY KEY (conversation_id, fold_id) DEFERRABLE INITIALLY DEFERRED)",
-]
+# Their schema is versioned: infra/migrations/ledger.py.
 READ_SIDE_TABLES = ("conversation_heads", "conversation_turns", "conversation_folds")
 
 

@@ -16,10 +16,17 @@ from eventsourcing.sqlite import SQLiteCursor, SQLiteFactory
 from turnledger.domain.errors import TurnDeletedError
 from turnledger.infra.keystore import KeyStore
 from turnledger.infra.library_compat import SQLiteRecorderWithRows
+from turnledger.infra.migrations import ledger as ledger_steps
+from turnledger.infra.migrations.runner import (
+    StoreNames,
+    check_sqlite_version,
+    migrate_sqlite,
+    sqlite_write_transaction,
+)
+from turnledger.infra.migrations.stores import KEYS, SQLITE_KEY_STEPS
 from turnledger.infra.owner_feed import (
     OWNER_FEED_TABLE,
     SQLITE_INSERT_OWNER_ROW,
-    SQLITE_OWNER_FEED_TABLE,
     sqlite_build_owner_feed,
     sqlite_select_owner_events,
 )
@@ -44,41 +51,7 @@ from turnledger.projections.ledger_rows import (
 )
 from turnledger.projections.read_side import LedgerView
 
-_SCHEMA = [
-    """
-    CREATE TABLE IF NOT EXISTS turn_keys (
-        conversation_id TEXT NOT NULL,
-        turn_id TEXT NOT NULL,
-        wrapped_key BLOB NOT NULL,
-        PRIMARY KEY (conversation_id, turn_id)
-    ) WITHOUT ROWID
-    """,
-    # Turns whose keys were destroyed: their keys must never be created again.
-    """
-    CREATE TABLE IF NOT EXISTS destroyed_turn_keys (
-        conversation_id TEXT NOT NULL,
-        turn_id TEXT NOT NULL,
-        PRIMARY KEY (conversation_id, turn_id)
-    ) WITHOUT ROWID
-    """,
-    # How far the purge has followed each application's log: every position
-    # seen, the last one that destroyed keys, and the last one compacted.
-    """
-    CREATE TABLE IF NOT EXISTS key_purge_tracking (
-        application_name TEXT PRIMARY KEY,
-        followed_id INTEGER NOT NULL,
-        destroyed_id INTEGER NOT NULL,
-        compacted_id INTEGER NOT NULL
-    )
-    """,
-    # The store's ids of itself: its master key's, its deletion record's.
-    """
-    CREATE TABLE IF NOT EXISTS key_store_meta (
-        name TEXT PRIMARY KEY,
-        value TEXT NOT NULL
-    )
-    """,
-]
+# The key file's tables are versioned steps: infra/migrations/stores.py.
 
 _ADVANCE = """
 INSERT INTO key_purge_tracking VALUES (?, ?, ?, 0)
@@ -116,8 +89,8 @@ class SQLiteKeyStore(KeyStore):
         with self._lock:
             self._connection.execute("PRAGMA secure_delete = ON")
             self._connection.execute("PRAGMA journal_mode = WAL")
-            for statement in _SCHEMA:
-                self._connection.execute(statement)
+            with sqlite_write_transaction(self._connection) as cursor:
+                migrate_sqlite(cursor, KEYS, SQLITE_KEY_STEPS, StoreNames())
 
     def put_if_absent(
         self, conversation_id: UUID, turn_id: str, wrapped: bytes
@@ -295,57 +268,7 @@ def _chunks(items: list[str], size: int = 500) -> list[list[str]]:
 
 # The read side, in the event log's own file -----------------------------------
 
-_READ_SIDE_SCHEMA = [
-    """
-    CREATE TABLE IF NOT EXISTS conversation_heads (
-        conversation_id TEXT PRIMARY KEY,
-        owner_id TEXT NOT NULL,
-        version INTEGER NOT NULL,
-        head_digest TEXT NOT NULL,
-        turn_count INTEGER NOT NULL,
-        eligible_count INTEGER NOT NULL,
-        created_at TEXT NOT NULL,
-        modified_at TEXT NOT NULL
-    ) WITHOUT ROWID
-    """,
-    "CREATE INDEX IF NOT EXISTS conversation_heads_by_owner "
-    "ON conversation_heads (owner_id, created_at)",
-    """
-    CREATE TABLE IF NOT EXISTS conversation_turns (
-        conversation_id TEXT NOT NULL,
-        position INTEGER NOT NULL,
-        turn_id TEXT NOT NULL,
-        status TEXT NOT NULL,
-        version INTEGER NOT NULL,
-        recorded_at TEXT NOT NULL,
-        question_json_bytes INTEGER,
-        answer_json_bytes INTEGER,
-        question_chars INTEGER,
-        answer_chars INTEGER,
-        deleted_version INTEGER,
-        deleted_at TEXT,
-        parts_sizes TEXT,
-        PRIMARY KEY (conversation_id, position),
-        UNIQUE (conversation_id, turn_id)
-    ) WITHOUT ROWID
-    """,
-    """
-    CREATE TABLE IF NOT EXISTS conversation_folds (
-        conversation_id TEXT NOT NULL,
-        fold_id TEXT NOT NULL,
-        version INTEGER NOT NULL,
-        recorded_at TEXT NOT NULL,
-        covers_through_turn_id TEXT NOT NULL,
-        covers_through_position INTEGER NOT NULL,
-        covered_turns INTEGER NOT NULL,
-        covered_eligible INTEGER NOT NULL,
-        summary_json_bytes INTEGER,
-        summary_chars INTEGER,
-        withdrawn_version INTEGER,
-        PRIMARY KEY (conversation_id, fold_id)
-    ) WITHOUT ROWID
-    """,
-]
+# Their schema is versioned: infra/migrations/ledger.py.
 _READ_SIDE_TABLES = ("conversation_heads", "conversation_turns", "conversation_folds")
 
 
@@ -365,27 +288,22 @@ def _originator_key(originator_id: UUID | str) -> str:
 class SQLiteReadSideRecorder(SQLiteRecorderWithRows):
     """The library's SQLite recorder, writing the read side with the events."""
 
-    def construct_create_table_statements(self) -> list[str]:
-        return [*super().construct_create_table_statements(), *_READ_SIDE_SCHEMA]
-
     def create_table(self) -> None:
         super().create_table()
-        # Stores made before turns had parts lack the column: add it (NULL,
-        # a text-only turn, in every existing row).
+        # The read side's tables and the per-user feed index: the steps this
+        # file has not had yet, in one transaction (infra/migrations/).
         with self.datastore.transaction(commit=True) as c:
-            c.execute("PRAGMA table_info(conversation_turns)")
-            if "parts_sizes" not in {row[1] for row in c.fetchall()}:
-                c.execute("ALTER TABLE conversation_turns ADD COLUMN parts_sizes TEXT")
-        # The per-user feed index (infra/owner_feed.py): built from the log
-        # once, in the transaction that creates it, for a store made before it.
-        with self.datastore.transaction(commit=True) as c:
-            c.execute(
-                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
-                (OWNER_FEED_TABLE,),
+            migrate_sqlite(
+                c,
+                ledger_steps.COMPONENT,
+                ledger_steps.SQLITE_STEPS,
+                StoreNames(events_table=self.events_table_name),
             )
-            if c.fetchone() is None:
-                c.execute(SQLITE_OWNER_FEED_TABLE)
-                c.execute(sqlite_build_owner_feed(self.events_table_name))
+
+    def check_schema_version(self) -> None:
+        """For a read-only opening: refuse a read side newer than the code."""
+        with self.datastore.transaction(commit=False) as c:
+            check_sqlite_version(c, ledger_steps.COMPONENT, ledger_steps.SQLITE_STEPS)
 
     def write_rows(
         self,
@@ -635,3 +553,10 @@ class SQLiteReadSideRecorder(SQLiteRecorderWithRows):
 
 class SQLiteReadSideFactory(SQLiteFactory):
     application_recorder_class = SQLiteReadSideRecorder
+
+    def application_recorder(self) -> SQLiteReadSideRecorder:
+        recorder = super().application_recorder()
+        assert isinstance(recorder, SQLiteReadSideRecorder)
+        if not self.env_create_table():  # read-only: nothing is migrated
+            recorder.check_schema_version()
+        return recorder

@@ -13,7 +13,7 @@ from __future__ import annotations
 import base64
 import binascii
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from uuid import UUID
 
@@ -27,14 +27,25 @@ from cryptography.hazmat.primitives.keywrap import (
     aes_key_wrap,
 )
 
-from turnledger.domain.errors import TurnLedgerError
-from turnledger.domain.ports import NewKey
+from turnledger.domain.errors import (
+    SealMismatchError,
+    TurnKeyDamagedError,
+    TurnLedgerError,
+)
+from turnledger.domain.ports import SEAL_BOUND_TO_OWNER, NewKey
 from turnledger.infra.keystore import KeyStore
 
-# Leading byte of every sealed text: the sealing scheme's version. Version 2
-# pads the text (PKCS#7, `cryptography`) to a multiple of PAD_BYTES before
-# sealing, so a ciphertext's length tells a text's length only to within
-# PAD_BYTES; version 1 (the first release) did not pad, and still opens.
+# Leading byte of every sealed text: the sealing scheme's version. Version 3
+# (SEAL_BOUND_TO_OWNER) binds the conversation's owner too: its associated
+# data is the conversation id, turn id, field and owner id, so a ciphertext
+# read for another owner (a read-side row rewritten to name somebody else)
+# does not open. Version 2 pads the text (PKCS#7, `cryptography`) to a
+# multiple of PAD_BYTES before sealing, so a ciphertext's length tells a
+# text's length only to within PAD_BYTES (version 3 pads the same way);
+# version 1 (the first release) did not pad. Both still open; their owner is
+# checked against the conversation's chained `Started` event by the reader
+# (projections/queries.py).
+_OWNED_FORMAT = SEAL_BOUND_TO_OWNER
 _FORMAT = b"\x02"
 _UNPADDED_FORMAT = b"\x01"
 PAD_BYTES = 32
@@ -119,6 +130,18 @@ def _text_context(conversation_id: UUID, turn_id: str, field: str) -> bytes:
     )
 
 
+def _owned_context(
+    conversation_id: UUID, turn_id: str, field: str, owner_id: str
+) -> bytes:
+    # Each variable part is length-prefixed, so no two tuples share a context.
+    parts = [turn_id.encode(), field.encode(), owner_id.encode()]
+    return (
+        b"turnledger/text/v3|"
+        + conversation_id.bytes
+        + b"".join(len(part).to_bytes(4, "big") + part for part in parts)
+    )
+
+
 class KeyVault:
     """The TextVault of the domain, over any KeyStore."""
 
@@ -151,14 +174,24 @@ class KeyVault:
         data_key = AESGCM.generate_key(bit_length=256)
         return data_key, aes_key_wrap(self._master_key, data_key)
 
-    def seal(self, conversation_id: UUID, turn_id: str, field: str, text: str) -> bytes:
-        """Seal under the turn's stored key, creating and storing it if needed."""
+    def seal(
+        self,
+        conversation_id: UUID,
+        turn_id: str,
+        field: str,
+        text: str,
+        *,
+        owner_id: str | None = None,
+    ) -> bytes:
+        """Seal under the turn's stored key, creating and storing it if needed
+        (without `owner_id`: the unbound version 2, as releases before wrote)."""
+        data_key = self._data_key(conversation_id, turn_id)
+        if owner_id is None:
+            return _FORMAT + self._encrypt(
+                data_key, text, _text_context(conversation_id, turn_id, field)
+            )
         return self.seal_with(
-            self._data_key(conversation_id, turn_id),
-            conversation_id,
-            turn_id,
-            field,
-            text,
+            data_key, conversation_id, turn_id, field, text, owner_id=owner_id
         )
 
     def seal_with(
@@ -168,43 +201,111 @@ class KeyVault:
         turn_id: str,
         field: str,
         text: str,
+        *,
+        owner_id: str,
     ) -> bytes:
+        return _OWNED_FORMAT + self._encrypt(
+            data_key,
+            text,
+            _owned_context(conversation_id, turn_id, field, owner_id),
+        )
+
+    @staticmethod
+    def _encrypt(data_key: bytes, text: str, context: bytes) -> bytes:
         nonce = os.urandom(_NONCE_BYTES)
         padder = padding.PKCS7(PAD_BYTES * 8).padder()
         padded = padder.update(text.encode("utf-8")) + padder.finalize()
-        sealed = AESGCM(data_key).encrypt(
-            nonce, padded, _text_context(conversation_id, turn_id, field)
-        )
-        return _FORMAT + nonce + sealed
+        return nonce + AESGCM(data_key).encrypt(nonce, padded, context)
 
     def open_many(
-        self, conversation_id: UUID, items: Sequence[tuple[str, str, bytes]]
+        self,
+        conversation_id: UUID,
+        items: Sequence[tuple[str, str, bytes]],
+        owner_id: str | None = None,
     ) -> list[str | None]:
+        """Raises TurnKeyDamagedError naming every turn of `items` whose
+        stored key no longer unwraps (after looking at all of them), and
+        SealMismatchError for a text that does not open in its place: altered,
+        moved from another turn or conversation, or (version 3) sealed for
+        another owner than `owner_id`."""
         wrapped = self._keys.get_many(
             conversation_id, {turn_id for turn_id, _, _ in items}
         )
-        keys = {
-            turn_id: self._unwrap(conversation_id, turn_id, blob)
-            for turn_id, blob in wrapped.items()
-        }
+        keys: dict[str, bytes] = {}
+        damaged: list[str] = []
+        for turn_id, blob in wrapped.items():
+            try:
+                keys[turn_id] = self._unwrap(conversation_id, turn_id, blob)
+            except TurnKeyDamagedError:
+                damaged.append(turn_id)
+        if damaged:
+            raise TurnKeyDamagedError(conversation_id, tuple(sorted(damaged)))
         opened: list[str | None] = []
         for turn_id, field, sealed in items:
             key = keys.get(turn_id)
             if key is None:
                 opened.append(None)
                 continue
-            scheme = sealed[:1]
-            if scheme not in (_FORMAT, _UNPADDED_FORMAT):
-                raise ValueError(f"unknown sealing format for turn {turn_id}")
-            nonce, body = sealed[1 : 1 + _NONCE_BYTES], sealed[1 + _NONCE_BYTES :]
-            plaintext = AESGCM(key).decrypt(
-                nonce, body, _text_context(conversation_id, turn_id, field)
+            opened.append(
+                self._open_one(key, conversation_id, turn_id, field, sealed, owner_id)
             )
-            if scheme == _FORMAT:
+        return opened
+
+    @staticmethod
+    def _open_one(
+        key: bytes,
+        conversation_id: UUID,
+        turn_id: str,
+        field: str,
+        sealed: bytes,
+        owner_id: str | None,
+    ) -> str:
+        scheme = sealed[:1]
+        if scheme == _OWNED_FORMAT:
+            if owner_id is None:
+                raise SealMismatchError(
+                    conversation_id,
+                    turn_id,
+                    field,
+                    "it is bound to an owner, none given",
+                )
+            context = _owned_context(conversation_id, turn_id, field, owner_id)
+        elif scheme in (_FORMAT, _UNPADDED_FORMAT):
+            context = _text_context(conversation_id, turn_id, field)
+        else:
+            raise SealMismatchError(
+                conversation_id, turn_id, field, "its sealing format is unknown"
+            )
+        nonce, body = sealed[1 : 1 + _NONCE_BYTES], sealed[1 + _NONCE_BYTES :]
+        try:
+            plaintext = AESGCM(key).decrypt(nonce, body, context)
+            if scheme != _UNPADDED_FORMAT:
                 unpadder = padding.PKCS7(PAD_BYTES * 8).unpadder()
                 plaintext = unpadder.update(plaintext) + unpadder.finalize()
-            opened.append(plaintext.decode("utf-8"))
-        return opened
+            return plaintext.decode("utf-8")
+        except (InvalidTag, ValueError):
+            raise SealMismatchError(
+                conversation_id,
+                turn_id,
+                field,
+                "it was altered, or moved from another turn, conversation or owner",
+            ) from None
+
+    def damaged_key_ids(
+        self, conversation_id: UUID, key_ids: Collection[str]
+    ) -> list[str]:
+        """Those of `key_ids` whose stored key no longer unwraps (altered
+        rows), in the order given; a destroyed key is not damaged."""
+        wrapped = self._keys.get_many(conversation_id, set(key_ids))
+        damaged = []
+        for key_id in key_ids:
+            if key_id not in wrapped:
+                continue
+            try:
+                self._unwrap(conversation_id, key_id, wrapped[key_id])
+            except TurnKeyDamagedError:
+                damaged.append(key_id)
+        return damaged
 
     def receipt_key(
         self,
@@ -247,7 +348,13 @@ class KeyVault:
             sample = self._keys.any_wrapped_key()
             if sample is not None:
                 conversation_id, key_id, wrapped = sample
-                self._unwrap(conversation_id, key_id, wrapped)  # MasterKeyError
+                try:
+                    self._unwrap(conversation_id, key_id, wrapped)
+                except TurnKeyDamagedError:
+                    raise MasterKeyError(
+                        f"a stored key (turn {key_id}) does not open with the "
+                        "configured master key: wrong TURNLEDGER_MASTER_KEY?"
+                    ) from None
             if remember:
                 self._keys.write_meta(MASTER_KEY_META, mine)
 
@@ -282,22 +389,19 @@ class KeyVault:
         return self._unwrap(conversation_id, turn_id, stored)
 
     def _unwrap(self, conversation_id: UUID, turn_id: str, wrapped: bytes) -> bytes:
+        # The store refuses a master key other than its own when it opens
+        # (check_master_key), so a key that fails to unwrap here was altered:
+        # only its own turn is lost, never the conversation.
         if len(wrapped) == _KEY_WRAP_BYTES:
             try:
                 return aes_key_unwrap(self._master_key, wrapped)
             except InvalidUnwrap:
-                raise MasterKeyError(
-                    f"the key of turn {turn_id} does not open with the configured "
-                    "master key (wrong TURNLEDGER_MASTER_KEY, or a key row altered)"
-                ) from None
+                raise TurnKeyDamagedError(conversation_id, (turn_id,)) from None
         # Keys wrapped by the first release: AES-GCM, bound to their turn.
         nonce, body = wrapped[:_NONCE_BYTES], wrapped[_NONCE_BYTES:]
         try:
             return self._master.decrypt(
                 nonce, body, _key_context(conversation_id, turn_id)
             )
-        except InvalidTag:
-            raise MasterKeyError(
-                f"the key of turn {turn_id} does not open with the configured master "
-                "key (wrong TURNLEDGER_MASTER_KEY, or a key row moved)"
-            ) from None
+        except (InvalidTag, ValueError):
+            raise TurnKeyDamagedError(conversation_id, (turn_id,)) from None

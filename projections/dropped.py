@@ -16,6 +16,7 @@ from typing import Literal, get_args
 
 __all__ = [
     "DROP_REASONS",
+    "KEY_DAMAGED",
     "DropReason",
     "DroppedSpan",
     "DroppedTurn",
@@ -34,8 +35,13 @@ __all__ = [
 #   fold         a fold that was sent stands in for the turn
 #   fold_dropped a fold covers the turn but did not fit (bytes or context),
 #                so neither the fold nor the turn was sent
-DropReason = Literal["bytes", "count", "context", "tokens", "fold", "fold_dropped"]
+#   key-damaged  the turn's stored key was altered, so its text cannot be
+#                read (TurnKeyDamagedError); the window is planned without it
+DropReason = Literal[
+    "bytes", "count", "context", "tokens", "fold", "fold_dropped", "key-damaged"
+]
 DROP_REASONS: tuple[str, ...] = get_args(DropReason)
+KEY_DAMAGED: DropReason = "key-damaged"
 # Why a fold that exists was not sent.
 FoldDropReason = Literal["bytes", "context"]
 

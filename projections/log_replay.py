@@ -20,8 +20,11 @@ from turnledger.projections.ledger_rows import SummarySize, TurnRow, project_eve
 from turnledger.projections.read_side import LedgerView
 from turnledger.projections.turn_sizes import turn_sizes
 
-# (conversation id, [(key id, field, sealed)]) -> texts, None where the key is gone
-OpenTexts = Callable[[UUID, Sequence[tuple[str, str, bytes]]], list[str | None]]
+# (conversation id, [(key id, field, sealed)], owner id) -> texts, None where
+# the key is gone; the owner is the one the conversation's Started event names
+OpenTexts = Callable[
+    [UUID, Sequence[tuple[str, str, bytes]], str | None], list[str | None]
+]
 
 
 def replay_events(
@@ -32,7 +35,7 @@ def replay_events(
     """Apply (domain event, chain digest) pairs, page by page, to a view."""
     view = view or LedgerView()
     for page in pages:
-        sizes = _measure(page, open_texts)
+        sizes = _measure(page, open_texts, view)
         for domain_event, digest in page:
             conversation_id = domain_event.originator_id
             head = view.conversations([conversation_id]).get(conversation_id)
@@ -58,11 +61,16 @@ def _turns_named(view: LedgerView, domain_event: Any) -> dict[str, TurnRow]:
 
 
 def _measure(
-    page: Sequence[tuple[Any, str]], open_texts: OpenTexts
+    page: Sequence[tuple[Any, str]], open_texts: OpenTexts, view: LedgerView
 ) -> dict[UUID, dict[str, TurnSizes | SummarySize]]:
     items: dict[UUID, list[tuple[str, str, bytes]]] = {}
+    # Owners from the log itself: Started events of this page, else the heads
+    # that earlier pages' Started events made.
+    owners: dict[UUID, str] = {}
     for domain_event, _ in page:
         conversation_id = domain_event.originator_id
+        if isinstance(domain_event, Conversation.Started):
+            owners[conversation_id] = str(domain_event.owner_id)
         if isinstance(
             domain_event, Conversation.TurnConfirmed | Conversation.TurnAbandoned
         ):
@@ -85,11 +93,14 @@ def _measure(
                 )
             )
     sizes: dict[UUID, dict[str, TurnSizes | SummarySize]] = {}
+    unknown = [c for c in items if c not in owners]
+    for conversation_id, row in view.conversations(unknown).items():
+        owners[conversation_id] = row.owner_id
     for conversation_id, wanted in items.items():
         opened = dict(
             zip(
                 ((key_id, field) for key_id, field, _ in wanted),
-                open_texts(conversation_id, wanted),
+                open_texts(conversation_id, wanted, owners.get(conversation_id)),
                 strict=True,
             )
         )

@@ -20,12 +20,19 @@ from turnledger.domain.conversation import Conversation, TurnStatus, fold_key_id
 from turnledger.domain.errors import (
     ConversationNotFoundError,
     InvalidInputError,
+    SealMismatchError,
     TextUnavailableError,
+    TurnKeyDamagedError,
 )
 from turnledger.domain.parts import TurnParts, decode_many_part_documents
-from turnledger.domain.ports import TextVault
+from turnledger.domain.ports import SEAL_BOUND_TO_OWNER, TextVault
 from turnledger.domain.text import check_identifier, check_text
-from turnledger.projections.dropped import DroppedTurns, EligibleTurns
+from turnledger.projections.dropped import (
+    KEY_DAMAGED,
+    DroppedSpan,
+    DroppedTurns,
+    EligibleTurns,
+)
 from turnledger.projections.ledger_rows import ConversationRow, FoldRow, TurnRow
 from turnledger.projections.policy import WindowPolicy
 from turnledger.projections.read_side import ReadSide, current_fold
@@ -42,7 +49,11 @@ from turnledger.projections.tokens import (
     TokenCounter,
     char_estimate,
 )
-from turnledger.projections.turn_texts import open_turn_texts, open_turns
+from turnledger.projections.turn_texts import (
+    open_turn_texts,
+    open_turns,
+    sealed_fields,
+)
 from turnledger.projections.window import (
     Frame,
     OpenedTurn,
@@ -136,21 +147,31 @@ class ConversationQueries:
             conversation_id=head.conversation_id,
             version=head.version,
             total_turns=head.turn_count,
-            items=self.history_items(head.conversation_id, rows),
+            items=self.history_items(head.conversation_id, rows, owner_id=owner_id),
             next_offset=end if end < head.turn_count else None,
         )
 
     def history_items(
-        self, conversation_id: UUID, rows: Sequence[TurnRow]
+        self, conversation_id: UUID, rows: Sequence[TurnRow], *, owner_id: str
     ) -> tuple[HistoryItem, ...]:
         """These turns as the owner sees them: text for live turns, else None.
 
         A turn whose key is gone is shown as deleted, with the deletion's time
-        read again from the read side (it was deleted while we read).
+        read again from the read side (it was deleted while we read). A turn
+        whose stored key is damaged is shown without text, `unreadable`
+        "key-damaged"; the other turns are read as usual.
         """
-        texts = self.open_texts(conversation_id, [r for r in rows if not r.deleted])
+        damaged: set[str] = set()
+        texts = self.open_texts(
+            conversation_id,
+            [r for r in rows if not r.deleted],
+            owner_id=owner_id,
+            damaged=damaged,
+        )
         missing = [
-            r.turn_id for r in rows if not r.deleted and texts[r.turn_id] is None
+            r.turn_id
+            for r in rows
+            if not r.deleted and texts[r.turn_id] is None and r.turn_id not in damaged
         ]
         fresh = self.read_side.turns_by_id(conversation_id, missing) if missing else {}
         items = []
@@ -167,6 +188,9 @@ class ConversationQueries:
                     question=None if text is None else text.question,
                     answer=None if text is None else text.answer,
                     parts=text,
+                    unreadable=KEY_DAMAGED
+                    if row.turn_id in damaged and not row.deleted
+                    else None,
                 )
             )
         return tuple(items)
@@ -174,46 +198,98 @@ class ConversationQueries:
     # Texts --------------------------------------------------------------------
 
     def open_texts(
-        self, conversation_id: UUID, rows: Sequence[TurnRow]
+        self,
+        conversation_id: UUID,
+        rows: Sequence[TurnRow],
+        *,
+        owner_id: str,
+        damaged: set[str] | None = None,
     ) -> dict[str, TurnParts | None]:
-        """Decrypt these turns from their events; None where the key is gone."""
+        """Decrypt these turns from their events for `owner_id`; None where
+        the key is gone (and, with `damaged`, where it is damaged: see
+        `open_turns`). Raises SealMismatchError where a text was not sealed
+        for `owner_id` (see `owned_events`)."""
         if not rows:
             return {}
         opened = open_turns(
-            self.vault, conversation_id, self._turn_events(conversation_id, rows)
+            self.vault,
+            conversation_id,
+            self._turn_events(conversation_id, rows, owner_id),
+            owner_id=owner_id,
+            damaged=damaged,
         )
         texts: dict[str, TurnParts | None] = dict.fromkeys(row.turn_id for row in rows)
         texts.update(opened)
         return texts
 
-    def _turn_events(self, conversation_id: UUID, rows: Sequence[TurnRow]) -> list[Any]:
+    def _turn_events(
+        self, conversation_id: UUID, rows: Sequence[TurnRow], owner_id: str
+    ) -> list[Any]:
         """The events that recorded these turns (confirmed or abandoned)."""
         wanted = {row.turn_id for row in rows}
         versions = [row.version for row in rows]
-        return [
-            recorded
-            for recorded in self.events.get(
-                conversation_id, gt=min(versions) - 1, lte=max(versions)
-            )
-            if getattr(recorded, "turn_id", None) in wanted
-            and isinstance(
-                recorded, Conversation.TurnConfirmed | Conversation.TurnAbandoned
-            )
-        ]
+        return self.owned_events(
+            conversation_id,
+            owner_id,
+            [
+                recorded
+                for recorded in self.events.get(
+                    conversation_id, gt=min(versions) - 1, lte=max(versions)
+                )
+                if getattr(recorded, "turn_id", None) in wanted
+                and isinstance(
+                    recorded, Conversation.TurnConfirmed | Conversation.TurnAbandoned
+                )
+            ],
+        )
+
+    def owned_events(
+        self, conversation_id: UUID, owner_id: str, events: list[Any]
+    ) -> list[Any]:
+        """`events`, once their texts are known to be `owner_id`'s.
+
+        The read side decides nothing here: a text sealed bound to its owner
+        opens only for that owner (the vault checks it), and a text sealed
+        before owners were bound is opened only when the conversation's
+        `Started` event, which the hash chain covers, names `owner_id`.
+        """
+        for recorded in events:
+            for field_name, sealed in sealed_fields(recorded):
+                if sealed[:1] == SEAL_BOUND_TO_OWNER:
+                    continue
+                if self._started_owner(conversation_id) != owner_id:
+                    raise SealMismatchError(
+                        conversation_id,
+                        recorded.turn_id
+                        if hasattr(recorded, "turn_id")
+                        else fold_key_id(recorded.fold_id),
+                        field_name,
+                        "it was sealed before owners were bound, and the "
+                        "conversation's Started event names another owner",
+                    )
+                return events  # one check covers every text of the conversation
+        return events
+
+    def _started_owner(self, conversation_id: UUID) -> str | None:
+        for recorded in self.events.get(conversation_id, lte=1):
+            if isinstance(recorded, Conversation.Started):
+                return str(recorded.owner_id)
+        return None
 
     def read_texts(
-        self, conversation_id: UUID, rows: Sequence[TurnRow]
+        self, conversation_id: UUID, rows: Sequence[TurnRow], *, owner_id: str
     ) -> dict[str, TurnParts]:
         """Like `open_texts`, but a turn without its key is an error."""
         texts: dict[str, TurnParts] = {}
-        for turn_id, text in self.open_texts(conversation_id, rows).items():
+        opened = self.open_texts(conversation_id, rows, owner_id=owner_id)
+        for turn_id, text in opened.items():
             if text is None:
                 raise TextUnavailableError(conversation_id, turn_id)
             texts[turn_id] = text
         return texts
 
     def open_for_window(
-        self, conversation_id: UUID, rows: Sequence[TurnRow]
+        self, conversation_id: UUID, rows: Sequence[TurnRow], *, owner_id: str
     ) -> dict[str, WindowTurn | OpenedTurn]:
         """These turns as a window sends them untrimmed; a turn without its
         key is an error (TextUnavailableError), as in `read_texts`.
@@ -222,7 +298,10 @@ class ConversationQueries:
         (OpenedTurn): the body is written from them, so its step objects are
         never made."""
         opened = open_turn_texts(
-            self.vault, conversation_id, self._turn_events(conversation_id, rows)
+            self.vault,
+            conversation_id,
+            self._turn_events(conversation_id, rows, owner_id),
+            owner_id=owner_id,
         )
         turns: dict[str, WindowTurn | OpenedTurn] = {}
         with_parts: list[tuple[str, str, str, str]] = []
@@ -242,13 +321,17 @@ class ConversationQueries:
             turns[turn_id] = OpenedTurn(turn_id, question, answer, *parts)
         return turns
 
-    def read_fold(self, conversation_id: UUID, fold: FoldRow) -> str:
-        (recorded,) = self.events.get(
-            conversation_id, gt=fold.version - 1, lte=fold.version
+    def read_fold(self, conversation_id: UUID, fold: FoldRow, *, owner_id: str) -> str:
+        (recorded,) = self.owned_events(
+            conversation_id,
+            owner_id,
+            list(
+                self.events.get(conversation_id, gt=fold.version - 1, lte=fold.version)
+            ),
         )
         key_id = fold_key_id(fold.fold_id)
         (summary,) = self.vault.open_many(
-            conversation_id, [(key_id, "summary", recorded.sealed_summary)]
+            conversation_id, [(key_id, "summary", recorded.sealed_summary)], owner_id
         )
         if summary is None:
             raise TextUnavailableError(conversation_id, key_id)
@@ -285,7 +368,9 @@ class ConversationQueries:
         if not isinstance(counter, TokenCounter):
             raise InvalidInputError("token_counter", "expected a TokenCounter")
         resolved = resolve_policy(policy, max_bytes)
-        for attempt in range(_READ_ATTEMPTS):
+        damaged: set[str] = set()
+        attempt = 0
+        while True:
             head = self.get_conversation(owner_id, conversation_id)
             try:
                 window = self.window_at(
@@ -295,9 +380,18 @@ class ConversationQueries:
                     model=model,
                     policy=resolved,
                     counter=counter,
+                    damaged=frozenset(damaged),
                 )
+            except TurnKeyDamagedError as error:
+                if damaged.issuperset(error.turn_ids):
+                    raise
+                # Left out as "key-damaged", and the window planned again
+                # without them: each round names new turns, so it ends.
+                damaged.update(error.turn_ids)
+                continue
             except TextUnavailableError:
-                if attempt == _READ_ATTEMPTS - 1:
+                attempt += 1
+                if attempt == _READ_ATTEMPTS:
                     raise
                 continue  # a deletion landed after `head`: read the new head
             _log_if_bounded(head.conversation_id, window)
@@ -311,7 +405,6 @@ class ConversationQueries:
                     model=model, policy=resolved, counter=counter.name
                 ),
             )
-        raise AssertionError("unreachable")
 
     def window_at(
         self,
@@ -323,12 +416,15 @@ class ConversationQueries:
         policy: WindowPolicy,
         counter: TokenCounter,
         texts: dict[str, TurnParts] | None = None,
+        damaged: frozenset[str] = frozenset(),
     ) -> Window:
         """The window of the conversation as it stood at `head`'s version.
 
         `texts` (turn id -> the turn's parts) saves reading texts already at
         hand (the audit re-deriving a receipt). Raises TextUnavailableError if
-        a turn it needs was deleted since that version.
+        a turn it needs was deleted since that version, TurnKeyDamagedError if
+        a turn it needs has a damaged key; the turns named in `damaged` are
+        left out, reported as dropped for "key-damaged".
         """
         conversation_id, version = head.conversation_id, head.version
         fold = current_fold(self.read_side.folds(conversation_id), version)
@@ -336,7 +432,10 @@ class ConversationQueries:
             None
             if fold is None
             else prepare_fold(
-                fold.fold_id, self.read_fold(conversation_id, fold), counter, policy
+                fold.fold_id,
+                self.read_fold(conversation_id, fold, owner_id=head.owner_id),
+                counter,
+                policy,
             )
         )
         frame = frame_request(
@@ -352,19 +451,23 @@ class ConversationQueries:
         def read(rows: Sequence[TurnRow]) -> dict[str, TurnParts]:
             if all(row.turn_id in known for row in rows):
                 return {row.turn_id: known[row.turn_id] for row in rows}
-            return self.read_texts(conversation_id, rows)
+            return self.read_texts(conversation_id, rows, owner_id=head.owner_id)
 
         from_metadata = isinstance(counter, CharEstimate)
         limit = policy.max_message_tokens
         boundary = -1 if fold is None else fold.covers_through_position
         sent: dict[str, WindowTurn | OpenedTurn] = {}
         walked: list[TurnRow] = []
+        skipped: list[TurnRow] = []  # damaged keys met by the walk
 
         def candidates() -> Iterator[PairCandidate]:
             rows = self.walk(
                 conversation_id, above=boundary, below=head.turn_count, as_of=version
             )
             for row in rows:
+                if row.turn_id in damaged:
+                    skipped.append(row)
+                    continue
                 walked.append(row)
                 sizes = row.sizes
                 if from_metadata and sizes is not None and not needs_trim(sizes, limit):
@@ -391,7 +494,9 @@ class ConversationQueries:
                 for row in unread
             )
         elif unread:
-            sent.update(self.open_for_window(conversation_id, unread))
+            sent.update(
+                self.open_for_window(conversation_id, unread, owner_id=head.owner_id)
+            )
         settled = settle_wire_ids(
             plan, [sent[row.turn_id] for row in kept_rows], policy, model
         )
@@ -402,7 +507,7 @@ class ConversationQueries:
             sent_turns=settled.turns,
             wire_ids=settled.wire_ids,
             dropped_reasoning=settled.dropped_reasoning,
-            dropped=self._dropped(head, fold, frame, plan),
+            dropped=self._dropped(head, fold, frame, plan, skipped),
             policy=policy,
             counter=counter,
             fold_due=self._unfolded_tokens(head, boundary, policy.fold_threshold_tokens)
@@ -431,33 +536,58 @@ class ConversationQueries:
         fold: FoldRow | None,
         frame: Frame,
         plan: WindowPlan,
+        damaged: Sequence[TurnRow] = (),
     ) -> DroppedTurns:
         """Spans of dropped turns; their ids are listed only when asked for, from
-        facts pinned to the window's version, so they never change."""
+        facts pinned to the window's version, so they never change. Turns whose
+        key is damaged (`damaged`, met by the walk) are each a span of their
+        own, "key-damaged", and left out of the other spans' counts and ids."""
         read_side, conversation_id, version = (
             self.read_side,
             head.conversation_id,
             head.version,
         )
 
+        left_out = frozenset(row.turn_id for row in damaged)
+
         def list_ids(first: int, last: int) -> tuple[str, ...]:
-            return read_side.eligible_ids(
+            ids = read_side.eligible_ids(
                 conversation_id, first=first, last=last, as_of=version
             )
+            return tuple(i for i in ids if i not in left_out) if left_out else ids
 
         covered = 0 if fold is None else fold.covered_eligible
         after = 0 if fold is None else fold.covers_through_position + 1
-        return report_dropped(
+        report = report_dropped(
             frame=frame,
             plan=plan,
             after_fold=EligibleTurns(
-                head.eligible_count - covered,
+                head.eligible_count - covered - len(damaged),
                 first_position=after,
                 last_position=max(head.turn_count - 1, after - 1),
             ),
             fold_covers=None
             if fold is None
             else EligibleTurns(covered, fold.covers_through_turn_id, 0, after - 1),
+            list_ids=list_ids,
+        )
+        if not damaged:
+            return report
+        return DroppedTurns(
+            [
+                *report.spans,
+                *(
+                    DroppedSpan(
+                        KEY_DAMAGED,
+                        1,
+                        row.turn_id,
+                        row.position,
+                        row.position,
+                        (row.turn_id,),
+                    )
+                    for row in sorted(damaged, key=lambda r: r.position)
+                ),
+            ],
             list_ids=list_ids,
         )
 
@@ -508,7 +638,11 @@ class ConversationQueries:
     def get_fold_summary(self, owner_id: str, conversation_id: UUID) -> str | None:
         head = self.get_conversation(owner_id, conversation_id)
         fold = current_fold(self.read_side.folds(head.conversation_id), head.version)
-        return None if fold is None else self.read_fold(head.conversation_id, fold)
+        return (
+            None
+            if fold is None
+            else self.read_fold(head.conversation_id, fold, owner_id=owner_id)
+        )
 
 
 def _log_if_bounded(conversation_id: UUID, window: Window) -> None:

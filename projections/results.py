@@ -33,6 +33,9 @@ class HistoryItem:
     # The whole turn (attachments, assistant steps); None once deleted. A
     # text-only turn's parts hold just its question and answer.
     parts: TurnParts | None = None
+    # Why a turn that was not deleted has no text: "key-damaged" when its
+    # stored key was altered (TurnKeyDamagedError); None when it has its text.
+    unreadable: str | None = None
 
     @property
     def deleted(self) -> bool:

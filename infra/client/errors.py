@@ -32,10 +32,12 @@ from turnledger.domain.errors import (
     MandatoryInputTooLargeError,
     PurgeIncompleteError,
     ReadSideMismatchError,
+    SealMismatchError,
     TextUnavailableError,
     TokenizerUnavailableError,
     TurnConflictError,
     TurnDeletedError,
+    TurnKeyDamagedError,
     TurnLedgerError,
     TurnNotFoundError,
     TurnTooLargeError,
@@ -138,6 +140,24 @@ def _text_unavailable(body: ErrorBody, context: Context) -> TurnLedgerError:
     return TextUnavailableError(_conversation(context), turn_id)
 
 
+def _turn_key_damaged(body: ErrorBody, context: Context) -> TurnLedgerError:
+    found = re.search(r"key of turn\(s\) (.+?) in conversation", body.message)
+    turn_ids = found.group(1).split(", ") if found else [context.turn_id or ""]
+    return TurnKeyDamagedError(_conversation(context), tuple(turn_ids))
+
+
+def _seal_mismatch(body: ErrorBody, context: Context) -> TurnLedgerError:
+    found = re.search(
+        r"the sealed (\S+) of turn (\S+) in conversation \S+ does not open here: "
+        r"(.*); nothing of it is served",
+        body.message,
+    )
+    if found is None:
+        return ServiceError(body.status, body.code, body.message)
+    field_name, turn_id, reason = found.groups()
+    return SealMismatchError(_conversation(context), turn_id, field_name, reason)
+
+
 def _fold_conflict(body: ErrorBody, context: Context) -> TurnLedgerError:
     found = re.match(r"fold (\S+) of conversation \S+: (.*)", body.message)
     fold_id, reason = found.groups() if found else (context.fold_id, body.message)
@@ -202,6 +222,8 @@ _BUILDERS: dict[str, Callable[[ErrorBody, Context], Exception]] = {
         context.expected_version or 0,
         body.current_version or 0,
     ),
+    "turn_key_damaged": _turn_key_damaged,
+    "seal_mismatch": _seal_mismatch,
     "text_unavailable": _text_unavailable,
     "purge_incomplete": lambda body, context: PurgeIncompleteError(
         _conversation(context)

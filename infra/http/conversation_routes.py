@@ -165,6 +165,7 @@ def get_history(
                 question=item.question,
                 answer=item.answer,
                 parts=parts_out(item.parts),
+                unreadable=item.unreadable,  # type: ignore[arg-type]
             )
             for item in page.items
         ],

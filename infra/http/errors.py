@@ -34,7 +34,11 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         (401, "missing, unknown or revoked device token"),
         (404, "no such conversation, turn or device for this user"),
         (409, "turn id reused, turn deleted, or a stale expected_version"),
-        (410, "a turn's text whose key was destroyed meanwhile"),
+        (
+            410,
+            "a turn's text whose key was destroyed meanwhile, whose stored key "
+            "is damaged, or whose seal does not open for this owner",
+        ),
         (413, "request body or turn over the size limit"),
         (422, "malformed JSON, wrong types, invalid values, NUL in a text"),
         (429, "too many long-polls of this device or user are waiting"),

@@ -239,6 +239,7 @@ def _change_out(
                 question=change.question,
                 answer=change.answer,
                 parts=parts_out(change.parts),
+                unreadable=change.unreadable,  # type: ignore[arg-type]
             )
         case HistoryDeletedChange():
             return HistoryDeletedOut(

@@ -610,7 +610,12 @@ class Conversations(Application[UUID]):
                 fold_exists=any(f.fold_id == fold_id for f in folds),
                 deleted_since_summary=deleted_since,
                 sealed_summary=self.vault.seal_with(
-                    data_key, conversation.id, key_id, "summary", summary
+                    data_key,
+                    conversation.id,
+                    key_id,
+                    "summary",
+                    summary,
+                    owner_id=conversation.owner_id,
                 ),
                 summarized_version=summarized_version,
                 expected_version=expected_version,

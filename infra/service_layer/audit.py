@@ -31,6 +31,7 @@ from turnledger.domain.findings import (
     ANCHOR_MISMATCH,
     BROKEN_LINK,
     CHANGED,
+    DAMAGED_KEY,
     MISSING,
     NOT_REDERIVABLE,
     READ_SIDE_MISMATCH,
@@ -65,6 +66,7 @@ __all__ = [
     "ANCHOR_MISMATCH",
     "BROKEN_LINK",
     "CHANGED",
+    "DAMAGED_KEY",
     "MISSING",
     "NOT_REDERIVABLE",
     "READ_SIDE_MISMATCH",
@@ -174,6 +176,7 @@ class Auditor(ChainPass, ReceiptPass, StoreChecks):
                 if read_side:
                     self._check_read_side(audit, item, heads.get(audit.conversation_id))
                 if receipts:
+                    self._check_keys(audit)
                     self._check_receipts(audit, item.receipts)
                 self._check_snapshots(audit)
             audits.append(audit)

@@ -17,6 +17,7 @@ from uuid import UUID
 from turnledger.domain.errors import (
     InvalidInputError,
     TextUnavailableError,
+    TurnKeyDamagedError,
     WindowError,
 )
 from turnledger.domain.findings import (
@@ -43,9 +44,12 @@ from turnledger.projections.receipt import (
     receipt_key_ids,
 )
 from turnledger.projections.tokens import CHAR_ESTIMATE, TokenCounter
+from turnledger.projections.turn_texts import open_noting_damaged
 from turnledger.projections.window import Window
 
 Texts = dict[tuple[str, str], str | None]
+# The field under which `_open_texts` marks a turn whose key is damaged.
+DAMAGED = "key-damaged"
 
 
 def receipt_finding(
@@ -110,7 +114,9 @@ class ReceiptPass:
             else:
                 to_derive.append((checked, item))
         if to_derive:
-            texts = self._open_texts(conversation_id, events, [i for _, i in to_derive])
+            texts = self._open_texts(
+                conversation_id, audit.owner_id, events, [i for _, i in to_derive]
+            )
             self._derive_all(audit, view, to_derive, texts)
 
     def _derive_all(
@@ -161,9 +167,12 @@ class ReceiptPass:
             )
 
     def _replay(self, conversation_id: UUID, events: list[Any]) -> LedgerView:
+        # A damaged key (the key pass reports it) must not stop the replay:
+        # its turn is replayed as if its key were gone.
         digests = [str(getattr(e, "digest", "") or "") for e in events]
         return replay_events(
-            [list(zip(events, digests, strict=True))], self.ledger.vault.open_many
+            [list(zip(events, digests, strict=True))],
+            open_noting_damaged(self.ledger.vault, set()),
         )
 
     def _policy_of(
@@ -225,6 +234,7 @@ class ReceiptPass:
     def _open_texts(
         self,
         conversation_id: UUID,
+        owner_id: str | None,
         events: list[Any],
         receipts: list[ReceiptToCheck],
     ) -> Texts:
@@ -235,15 +245,28 @@ class ReceiptPass:
         """
         items = _sealed_texts(events, receipts)
         vault = self.ledger.vault
+        damaged: set[str] = set()
         try:
-            opened = vault.open_many(conversation_id, items)
+            opened = vault.open_many(conversation_id, items, owner_id)
             return {(t, f): text for (t, f, _), text in zip(items, opened, strict=True)}
+        except TurnKeyDamagedError as error:
+            # Those turns are marked (DAMAGED), the rest opened as usual.
+            damaged.update(error.turn_ids)
+            items = [item for item in items if item[0] not in damaged]
         except Exception:  # noqa: BLE001 - find the unreadable ones one by one
-            texts: Texts = {}
+            pass
+        texts: Texts = {(turn_id, DAMAGED): None for turn_id in damaged}
+        try:
+            opened = vault.open_many(conversation_id, items, owner_id)
+            texts.update(
+                ((t, f), text) for (t, f, _), text in zip(items, opened, strict=True)
+            )
+            return texts
+        except Exception:  # noqa: BLE001 - find the unreadable ones one by one
             for turn_id, field_name, sealed in items:
                 try:
                     texts[(turn_id, field_name)] = vault.open_many(
-                        conversation_id, [(turn_id, field_name, sealed)]
+                        conversation_id, [(turn_id, field_name, sealed)], owner_id
                     )[0]
                 except Exception:  # noqa: BLE001, S112 - reported where it is used
                     continue
@@ -263,6 +286,12 @@ class ReceiptPass:
             return receipt_finding(conversation_id, item, kind, detail)
 
         question_key, system_key = (item.turn_id, "question"), (item.turn_id, "system")
+        if (item.turn_id, DAMAGED) in texts:
+            return finding(
+                NOT_REDERIVABLE,
+                f"not re-derivable: turn {item.turn_id}'s key is damaged "
+                "(see its damaged-key finding)",
+            )
         if question_key not in texts or system_key not in texts:
             return finding(UNREADABLE, "its sealed text cannot be opened")
         question, system = texts[question_key], texts[system_key]
@@ -281,6 +310,12 @@ class ReceiptPass:
             )
         except InvalidInputError as error:
             return finding(RECEIPT_INVALID, error.reason)
+        except TurnKeyDamagedError as error:
+            return finding(
+                NOT_REDERIVABLE,
+                f"not re-derivable: the key of {', '.join(error.turn_ids)} is "
+                "damaged (see its damaged-key finding)",
+            )
         except TextUnavailableError as error:
             gone = view.turns_by_id(conversation_id, [error.turn_id]).get(error.turn_id)
             if gone is not None and gone.deleted:
@@ -312,10 +347,19 @@ class ReceiptPass:
         sent_fold = window.fold_id if window.fold_sent else None
         mac_key = None
         if receipt.receipt_format >= 2:
-            mac_key = self.ledger.vault.receipt_key(
-                conversation_id,
-                receipt_key_ids(item.turn_id, receipt.turn_ids, receipt.fold_id),
-            )
+            try:
+                mac_key = self.ledger.vault.receipt_key(
+                    conversation_id,
+                    receipt_key_ids(item.turn_id, receipt.turn_ids, receipt.fold_id),
+                )
+            except TurnKeyDamagedError as error:
+                return receipt_finding(
+                    conversation_id,
+                    item,
+                    NOT_REDERIVABLE,
+                    f"not re-derivable: the key of {', '.join(error.turn_ids)} is "
+                    "damaged (see its damaged-key finding)",
+                )
             if mac_key is None:
                 return receipt_finding(
                     conversation_id,

@@ -9,7 +9,9 @@ from uuid import UUID
 
 from eventsourcing.domain import Snapshot
 
+from turnledger.domain.conversation import fold_key_id
 from turnledger.domain.findings import (
+    DAMAGED_KEY,
     READ_SIDE_MISMATCH,
     SNAPSHOT_MISMATCH,
     ConversationAudit,
@@ -85,6 +87,53 @@ class StoreChecks:
                     conversation_id,
                     row.version,
                     "; ".join(differ),
+                )
+            )
+
+    def _check_keys(self, audit: ConversationAudit) -> None:
+        """Every stored key of the conversation's turns and folds unwraps.
+
+        The store's master key is checked when it opens, so a key that does
+        not unwrap was altered: a `damaged-key` finding at the version that
+        recorded its turn (or fold). Destroyed keys are not looked at.
+        """
+        conversation_id = audit.conversation_id
+        try:
+            read_side = self.ledger.read_side
+            versions: dict[str, tuple[int, str]] = {
+                row.turn_id: (row.version, f"turn {row.turn_id}")
+                for row in read_side.turns_page(
+                    conversation_id, offset=0, limit=2**62, as_of=2**62
+                )
+                if not row.deleted
+            }
+            versions.update(
+                (fold_key_id(fold.fold_id), (fold.version, f"fold {fold.fold_id}"))
+                for fold in read_side.folds(conversation_id)
+                if fold.withdrawn_version is None
+            )
+            damaged = self.ledger.vault.damaged_key_ids(conversation_id, list(versions))
+        except Exception as error:  # noqa: BLE001 - reported, never raised
+            audit.findings.append(
+                Finding(
+                    DAMAGED_KEY,
+                    conversation_id,
+                    None,
+                    f"{type(error).__name__}: the conversation's keys cannot be "
+                    "checked",
+                )
+            )
+            return
+        for key_id in damaged:
+            version, what = versions[key_id]
+            audit.findings.append(
+                Finding(
+                    DAMAGED_KEY,
+                    conversation_id,
+                    version,
+                    f"the stored key of {what} does not unwrap under the store's "
+                    "master key: its key row was altered, so its text cannot be "
+                    "read (the conversation's other turns are unaffected)",
                 )
             )
 

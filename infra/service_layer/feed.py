@@ -26,6 +26,7 @@ from turnledger.domain.conversation import Conversation, TurnStatus
 from turnledger.domain.errors import InvalidInputError
 from turnledger.domain.parts import TurnParts
 from turnledger.infra.service_layer.application import Conversations
+from turnledger.projections.dropped import KEY_DAMAGED
 from turnledger.projections.results import MAX_CHANGES_PER_READ
 from turnledger.projections.turn_texts import open_turns
 
@@ -72,6 +73,9 @@ class TurnRecordedChange:
     deleted: bool
     # The whole turn (attachments, steps); None when deleted.
     parts: TurnParts | None = None
+    # "key-damaged": not deleted, but its stored key was altered, so its text
+    # cannot be read (the other turns are sent as usual).
+    unreadable: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +167,7 @@ class ConversationFeed:
                 "is past the end of the log (was the store restored from an older "
                 "backup?); sync again from the beginning",
             )
-        return ChangeBatch(tuple(self._describe(mine)), position, caught_up)
+        return ChangeBatch(tuple(self._describe(mine, owner_id)), position, caught_up)
 
     def deletions_of(self, owner_id: str) -> list[HistoryDeletedChange]:
         """Every deletion the owner's conversations recorded, in log order
@@ -176,7 +180,7 @@ class ConversationFeed:
             )
             found.extend(
                 change
-                for change in self._describe(page)
+                for change in self._describe(page, owner_id)
                 if isinstance(change, HistoryDeletedChange)
             )
             if len(page) < _FEED_PAGE:
@@ -217,9 +221,14 @@ class ConversationFeed:
         """The domain event; typed loosely, as its class depends on the topic."""
         return self._ledger.mapper.to_domain_event(notification)
 
-    def _describe(self, notifications: Sequence[Notification]) -> Iterable[Change]:
+    def _describe(
+        self, notifications: Sequence[Notification], owner_id: str
+    ) -> Iterable[Change]:
+        """The changes, texts opened for `owner_id` (bound seals open for it
+        alone, however the owner index was edited)."""
         events = [self._decode(n) for n in notifications]
-        texts = self._open_texts(events)
+        damaged: set[tuple[UUID, str]] = set()
+        texts = self._open_texts(events, owner_id, damaged)
         for recorded in events:
             conversation_id = _as_uuid(recorded.originator_id)
             common: dict[str, Any] = {
@@ -238,14 +247,20 @@ class ConversationFeed:
                     else TurnStatus(recorded.outcome)
                 )
                 text = texts.get((conversation_id, recorded.turn_id))
+                unreadable = (
+                    KEY_DAMAGED
+                    if (conversation_id, recorded.turn_id) in damaged
+                    else None
+                )
                 yield TurnRecordedChange(
                     **common,
                     turn_id=recorded.turn_id,
                     status=status,
                     question=text.question if text else None,
                     answer=text.answer if text else None,
-                    deleted=text is None,
+                    deleted=text is None and unreadable is None,
                     parts=text,
+                    unreadable=unreadable,
                 )
             elif isinstance(recorded, Conversation.HistoryDeleted):
                 yield HistoryDeletedChange(
@@ -257,8 +272,11 @@ class ConversationFeed:
             else:
                 yield OtherChange(**common, event_type=type(recorded).__name__)
 
-    def _open_texts(self, events: Sequence[Any]) -> dict[tuple[UUID, str], TurnParts]:
-        """Decrypt the turns, then drop those of turns deleted by now.
+    def _open_texts(
+        self, events: Sequence[Any], owner_id: str, damaged: set[tuple[UUID, str]]
+    ) -> dict[tuple[UUID, str], TurnParts]:
+        """Decrypt the turns, then drop those of turns deleted by now; those
+        whose stored key is damaged are left out and added to `damaged`.
 
         The order matters: deletion records its event before destroying keys,
         so checking the current state *after* decrypting catches a deletion
@@ -274,7 +292,19 @@ class ConversationFeed:
                 )
         texts: dict[tuple[UUID, str], TurnParts] = {}
         for conversation_id, recorded_turns in by_conversation.items():
-            opened = open_turns(self._ledger.vault, conversation_id, recorded_turns)
+            found: set[str] = set()
+            opened = open_turns(
+                self._ledger.vault,
+                conversation_id,
+                # Texts sealed before owners were bound: only for the owner
+                # of the Started event, whatever the owner index says.
+                self._ledger.queries.owned_events(
+                    conversation_id, owner_id, recorded_turns
+                ),
+                owner_id=owner_id,
+                damaged=found,
+            )
+            damaged.update((conversation_id, turn_id) for turn_id in found)
             for turn_id, turn in opened.items():
                 texts[(conversation_id, turn_id)] = turn
         for conversation_id, recorded_turns in by_conversation.items():
@@ -284,6 +314,7 @@ class ConversationFeed:
             for turn_id, row in rows.items():
                 if row.deleted:
                     texts.pop((conversation_id, turn_id), None)
+                    damaged.discard((conversation_id, turn_id))
         return texts
 
 

@@ -54,7 +54,9 @@ def history_at(
         if len(page) < MAX_HISTORY_PAGE:
             break
         offset += MAX_HISTORY_PAGE
-    items = ledger.queries.history_items(current.conversation_id, rows)
+    items = ledger.queries.history_items(
+        current.conversation_id, rows, owner_id=owner_id
+    )
     return HistoryPage(
         conversation_id=current.conversation_id,
         version=version,

@@ -81,8 +81,12 @@ class TurnWrites:
         # thread, it runs while the group commit's leader waits on the database.
         # (Where keys are stored apart from the events, a key is made only once
         # the turn is known to be new.)
+        # Sealed for `owner_id`: the write refuses a conversation of another
+        # owner, so this is the owner the conversation's Started event names.
         sealed = (
-            self._seal_turn(conversation_id, turn_id, question, answer, parts_text)
+            self._seal_turn(
+                owner_id, conversation_id, turn_id, question, answer, parts_text
+            )
             if self.vault.keys_with_events
             else None
         )
@@ -96,6 +100,7 @@ class TurnWrites:
                     batch,
                     status=status,
                     turn=turn,
+                    owner_id=conversation.owner_id,
                 )
             conversation.check_version(expected_version)
             if window is not None and window.ledger_version > conversation.version:
@@ -105,7 +110,7 @@ class TurnWrites:
             data_key, new_key, sealed_question, sealed_answer, sealed_parts = (
                 sealed
                 or self._seal_turn(
-                    conversation.id, turn_id, question, answer, parts_text
+                    owner_id, conversation.id, turn_id, question, answer, parts_text
                 )
             )
             if status is TurnStatus.CONFIRMED:
@@ -120,7 +125,12 @@ class TurnWrites:
                     sealed_system=None
                     if window is None
                     else self.vault.seal_with(
-                        data_key, conversation.id, turn_id, "system", window.system
+                        data_key,
+                        conversation.id,
+                        turn_id,
+                        "system",
+                        window.system,
+                        owner_id=owner_id,
                     ),
                     sealed_parts=sealed_parts,
                 )
@@ -163,6 +173,7 @@ class TurnWrites:
 
     def _seal_turn(
         self,
+        owner_id: str,
         conversation_id: UUID,
         turn_id: str,
         question: str,
@@ -174,7 +185,7 @@ class TurnWrites:
 
         def seal(field_name: str, text: str) -> bytes:
             return self.vault.seal_with(
-                data_key, conversation_id, turn_id, field_name, text
+                data_key, conversation_id, turn_id, field_name, text, owner_id=owner_id
             )
 
         return (
@@ -211,6 +222,7 @@ class TurnWrites:
         *,
         status: TurnStatus,
         turn: TurnParts,
+        owner_id: str,
     ) -> TurnReceipt:
         """A retry of a recorded turn: same content returns the original receipt."""
         if existing.deleted:
@@ -226,9 +238,9 @@ class TurnWrites:
         if pending is not None:
             stored: TurnParts | None = pending[1]
         else:
-            stored = self.ledger.queries.read_texts(conversation_id, [existing]).get(
-                existing.turn_id
-            )
+            stored = self.ledger.queries.read_texts(
+                conversation_id, [existing], owner_id=owner_id
+            ).get(existing.turn_id)
         if stored != turn:
             raise TurnConflictError(
                 conversation_id,

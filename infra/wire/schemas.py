@@ -274,6 +274,11 @@ class HistoryItemOut(BaseModel):
     deleted_at: datetime | None
     question: str | None
     answer: str | None
+    unreadable: Literal["key-damaged"] | None = Field(
+        default=None,
+        description="key-damaged: not deleted, but the turn's stored key was "
+        "altered, so its text cannot be read (docs/audit.md)",
+    )
     parts: list[TurnPart] | None = Field(
         default=None, description="attachments and steps in order; null if deleted"
     )
@@ -378,6 +383,11 @@ class TurnRecordedOut(_ChangeOut):
     deleted: bool = Field(description="true: the turn is deleted; its text is not sent")
     question: str | None
     answer: str | None
+    unreadable: Literal["key-damaged"] | None = Field(
+        default=None,
+        description="key-damaged: not deleted, but the turn's stored key was "
+        "altered, so its text cannot be read (docs/audit.md)",
+    )
     parts: list[TurnPart] | None = Field(
         default=None, description="attachments and steps in order; null if deleted"
     )

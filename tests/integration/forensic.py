@@ -22,6 +22,7 @@ from pathlib import Path
 from uuid import UUID
 
 from turnledger.domain.conversation import fold_key_id
+from turnledger.domain.errors import TurnKeyDamagedError
 from turnledger.infra.keystore import MemoryKeyStore
 from turnledger.infra.service_layer.application import Conversations
 from turnledger.infra.vault import KeyVault, MasterKeyError
@@ -180,8 +181,8 @@ def attack(
         vault = KeyVault(store, master_key)
         items = [item for item in scenario.sealed if item[0] == key_id]
         try:
-            texts = vault.open_many(scenario.conversation_id, items)
-        except MasterKeyError:
+            texts = vault.open_many(scenario.conversation_id, items, OWNER)
+        except (MasterKeyError, TurnKeyDamagedError):  # not a key: damaged
             continue
         readable = [text for text in texts if text is not None]
         if readable:

@@ -260,7 +260,7 @@ for event in ledger.events.get(conversation_id):
     question, system = ledger.vault.open_many(conversation_id, [
         (event.turn_id, "question", event.sealed_question),
         (event.turn_id, "system", event.sealed_system),
-    ])
+    ], "alice")
     model, policy, counter = Auditor(ledger)._policy_of(receipt)
     head = ledger.get_conversation("alice", conversation_id)
     past = _head_at(replay_log(ledger), head, receipt.ledger_version)

@@ -26,6 +26,7 @@ from hypothesis.stateful import (
 from psycopg import sql
 
 from turnledger.infra.http.app import create_app
+from turnledger.infra.migrations import MIGRATIONS_TABLE
 from turnledger.infra.persistence import open_conversations
 from turnledger.infra.read_side import rebuild_read_side
 from turnledger.infra.service_layer.application import Conversations
@@ -53,7 +54,7 @@ def scanned_changes(
         if len(page) < 200:
             break
         position = page[-1].id
-    return list(feed._describe(mine))
+    return list(feed._describe(mine, owner))
 
 
 def fed_changes(
@@ -220,10 +221,12 @@ def test_a_read_costs_the_owners_rows_not_the_logs(ledger: Conversations) -> Non
 
 
 def _drop_index(settings: Settings) -> None:
-    """Make the store look as the release before the index left it."""
+    """Make the store look as the release before the index left it (which
+    also predates versioned schema steps)."""
     if settings.persistence == "sqlite":
         with sqlite3.connect(settings.sqlite_events_path) as connection:
             connection.execute("DROP TABLE owner_feed")
+            connection.execute(f"DROP TABLE {MIGRATIONS_TABLE}")
         return
     schema = settings.postgres_schema
     with psycopg.connect(settings.postgres_conninfo(), autocommit=True) as connection:
@@ -234,6 +237,9 @@ def _drop_index(settings: Settings) -> None:
         )
         connection.execute(
             sql.SQL("DROP TABLE {}").format(sql.Identifier(schema, "owner_feed"))
+        )
+        connection.execute(
+            sql.SQL("DROP TABLE {}").format(sql.Identifier(schema, MIGRATIONS_TABLE))
         )
 
 

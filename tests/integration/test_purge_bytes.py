@@ -162,7 +162,7 @@ def _check_survivors_and_replay(
         for e in ledger.events.get(conversation_id)
         if isinstance(e, Conversation.TurnConfirmed)
     ]
-    opened = ledger.vault.open_many(conversation_id, sealed)
+    opened = ledger.vault.open_many(conversation_id, sealed, OWNER)
     assert [text is None for text in opened] == [t in doomed for t, _, _ in sealed]
 
 

@@ -19,6 +19,7 @@ from tests.integration.restore_paths import cli
 from turnledger.domain.errors import CheckpointError
 from turnledger.domain.findings import RECORD_ALTERED, RECORD_LOST, RECORD_ROLLED_BACK
 from turnledger.infra.checkpoint import (
+    CheckpointWriter,
     LogInconsistentError,
     newest_checkpoint,
     read_checkpoint,
@@ -203,3 +204,17 @@ def test_checkpoints_without_a_record_head_still_verify_and_a_moved_head_does_no
             read_checkpoint(forged)
     shutil.rmtree(tmp_path / "moved")
     assert newest_checkpoint(checkpoints).record == second.record
+
+
+def test_a_kept_writer_refuses_once_the_record_is_gone(
+    settings: Settings, tmp_path: Path
+) -> None:
+    _store_with_deletions(settings)
+    writer = CheckpointWriter(None, settings, tmp_path / "checkpoints")
+    try:
+        assert writer.write().record is not None
+        _record(settings).unlink()
+        with pytest.raises(LogInconsistentError, match="is missing"):
+            writer.write()
+    finally:
+        writer.close()

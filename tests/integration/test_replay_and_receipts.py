@@ -142,7 +142,7 @@ def test_a_confirmed_turn_keeps_its_windows_receipt(ledger: Conversations) -> No
     flat = repr({k: v for k, v in stored.window_receipt.items() if k != "body_mac"})
     assert all(text not in flat for text in ("q1", "a1", "q4", "be brief"))
     opened = ledger.vault.open_many(
-        conversation_id, [("t4", "system", stored.sealed_system)]
+        conversation_id, [("t4", "system", stored.sealed_system)], OWNER
     )
     assert opened == ["be brief"]
 

@@ -248,7 +248,7 @@ def test_deleting_a_tool_turn_destroys_its_parts_and_inline_bytes(
     events = [ledger.mapper.to_domain_event(row) for row in rows]
     (sealed,) = [e.sealed_parts for e in events if getattr(e, "turn_id", "") == "t2"]
     assert sealed is not None
-    opened = ledger.vault.open_many(conversation_id, [("t2", "parts", sealed)])
+    opened = ledger.vault.open_many(conversation_id, [("t2", "parts", sealed)], OWNER)
     assert opened[0] is not None and "get_weather" in opened[0]
     ledger.delete_history(OWNER, conversation_id, turn_ids=["t2", "t3"])
     items = ledger.get_history(OWNER, conversation_id).items

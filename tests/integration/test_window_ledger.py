@@ -290,9 +290,11 @@ class CountingVault:
         self.inner = inner
         self.opened: list[str] = []
 
-    def open_many(self, conversation_id: UUID, items: Any) -> list[str | None]:
+    def open_many(
+        self, conversation_id: UUID, items: Any, owner_id: str | None = None
+    ) -> list[str | None]:
         self.opened.extend(turn_id for turn_id, _, _ in items)
-        return self.inner.open_many(conversation_id, items)  # type: ignore[no-any-return]
+        return self.inner.open_many(conversation_id, items, owner_id)  # type: ignore[no-any-return]
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)

@@ -24,9 +24,11 @@ from turnledger.domain.errors import (
     MandatoryInputTooLargeError,
     PurgeIncompleteError,
     ReadSideMismatchError,
+    SealMismatchError,
     TextUnavailableError,
     TurnConflictError,
     TurnDeletedError,
+    TurnKeyDamagedError,
     TurnLedgerError,
     TurnNotFoundError,
     TurnTooLargeError,
@@ -90,6 +92,14 @@ CASES: list[tuple[TurnLedgerError, Context]] = [
     ),
     (WindowError("no window"), Context()),
     (CursorExpiredError(), Context()),
+    (
+        SealMismatchError(CONVERSATION, "t3", "answer", "it was altered"),
+        Context(conversation_id=CONVERSATION),
+    ),
+    (
+        TurnKeyDamagedError(CONVERSATION, ("t2", "t5")),
+        Context(conversation_id=CONVERSATION),
+    ),
     (
         LongPollLimitError("device", 4, "TURNLEDGER_HTTP_MAX_LONG_POLLS_PER_DEVICE"),
         Context(),

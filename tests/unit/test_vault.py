@@ -8,13 +8,18 @@ import uuid
 from pathlib import Path
 
 import pytest
-from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from eventsourcing.persistence import Tracking
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from turnledger.domain.errors import TurnDeletedError
+from turnledger.domain.errors import (
+    SealMismatchError,
+    TextUnavailableError,
+    TurnDeletedError,
+    TurnKeyDamagedError,
+)
+from turnledger.domain.ports import SEAL_BOUND_TO_OWNER
 from turnledger.infra.keystore import MemoryKeyStore
 from turnledger.infra.vault import (
     PAD_BYTES,
@@ -39,8 +44,45 @@ def test_sealed_text_opens_only_in_its_own_place() -> None:
     assert box.open_many(conversation, [("t1", "question", sealed)]) == ["secret 中文"]
     box.seal(conversation, "t2", "question", "x")  # t2 gets a key of its own
     for turn_id, field in (("t2", "question"), ("t1", "answer")):
-        with pytest.raises(InvalidTag):
+        with pytest.raises(SealMismatchError) as raised:
             box.open_many(conversation, [(turn_id, field, sealed)])
+        assert (raised.value.turn_id, raised.value.field) == (turn_id, field)
+
+
+def test_an_owner_bound_seal_opens_only_for_its_owner() -> None:
+    box, conversation = vault(), uuid.uuid4()
+    data_key = box._data_key(conversation, "t1")
+    sealed = box.seal_with(
+        data_key, conversation, "t1", "question", "alice's secret", owner_id="alice"
+    )
+    assert sealed[:1] == SEAL_BOUND_TO_OWNER
+    items = [("t1", "question", sealed)]
+    assert box.open_many(conversation, items, "alice") == ["alice's secret"]
+    for owner in ("mallory", "alicE", None):
+        with pytest.raises(SealMismatchError) as raised:
+            box.open_many(conversation, items, owner)
+        assert raised.value.conversation_id == conversation
+        assert raised.value.turn_id == "t1"
+    # Moved to another conversation under a copied key row: still refused.
+    other = uuid.uuid4()
+    box.purge_view.put_if_absent(  # type: ignore[attr-defined]
+        other,
+        "t1",
+        box.purge_view.get_many(conversation, ["t1"])["t1"],  # type: ignore[attr-defined]
+    )
+    with pytest.raises(SealMismatchError):
+        box.open_many(other, items, "alice")
+
+
+def test_seals_of_earlier_versions_still_open_whoever_asks() -> None:
+    # Versions 1 and 2 bind no owner: the reader checks it against the
+    # conversation's Started event (tests/integration/test_owner_binding.py).
+    box, conversation = vault(), uuid.uuid4()
+    sealed = box.seal(conversation, "t1", "question", "old")
+    assert sealed[:1] == b"\x02"
+    assert box.open_many(conversation, [("t1", "question", sealed)], "anyone") == [
+        "old"
+    ]
 
 
 def test_sealing_twice_uses_the_same_key_and_fresh_nonces() -> None:
@@ -73,9 +115,31 @@ def test_shredding_a_turn_leaves_the_others_readable() -> None:
 
 def test_a_wrong_master_key_is_reported_not_mistaken_for_shredding() -> None:
     store, conversation = MemoryKeyStore(), uuid.uuid4()
-    sealed = vault(store).seal(conversation, "t1", "question", "text")
+    vault(store).seal(conversation, "t1", "question", "text")
+    # Checked when a store opens, before any key is unwrapped.
     with pytest.raises(MasterKeyError, match="master key"):
-        vault(store).open_many(conversation, [("t1", "question", sealed)])
+        vault(store).check_master_key(remember=False)
+
+
+def test_a_damaged_key_loses_its_own_turn_and_names_it() -> None:
+    store, conversation = MemoryKeyStore(), uuid.uuid4()
+    box = vault(store)
+    box.check_master_key(remember=True)
+    one = box.seal(conversation, "t1", "question", "one")
+    two = box.seal(conversation, "t2", "question", "two")
+    wrapped = bytearray(store._keys[(conversation, "t1")])
+    wrapped[5] ^= 0x01  # one byte flipped in the key row
+    store._keys[(conversation, "t1")] = bytes(wrapped)
+    items = [("t1", "question", one), ("t2", "question", two)]
+    with pytest.raises(TurnKeyDamagedError) as raised:
+        box.open_many(conversation, items)
+    assert raised.value.conversation_id == conversation
+    assert raised.value.turn_ids == ("t1",)
+    assert isinstance(raised.value, TextUnavailableError)
+    assert box.open_many(conversation, items[1:]) == ["two"]
+    assert box.damaged_key_ids(conversation, ["t1", "t2", "gone"]) == ["t1"]
+    # The store's key still checks: the damage is one row's, not the key's.
+    box.check_master_key(remember=False)
 
 
 @pytest.mark.parametrize("encoded", ["not base64!", "c2hvcnQ=", ""])

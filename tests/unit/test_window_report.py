@@ -97,6 +97,7 @@ def test_every_reason_is_enumerated() -> None:
         "tokens",
         "fold",
         "fold_dropped",
+        "key-damaged",
     }
 
 

@@ -108,6 +108,15 @@ export class VersionConflictError extends ConflictError {
 export class TextUnavailableError extends ServiceError {
   override name = "TextUnavailableError";
 }
+/** 410 turn_key_damaged: the turn's stored key was altered; other turns read. */
+export class TurnKeyDamagedError extends TextUnavailableError {
+  override name = "TurnKeyDamagedError";
+}
+/** 410 seal_mismatch: the text does not open here (altered, moved, or not
+ * sealed for this owner); nothing of it is served. */
+export class SealMismatchError extends TextUnavailableError {
+  override name = "SealMismatchError";
+}
 /** 422 window_error: the window cannot be built under this policy. */
 export class WindowError extends ServiceError {
   override name = "WindowError";
@@ -167,6 +176,8 @@ export const ERROR_CLASSES: Readonly<Record<string, ErrorClass>> = {
   fold_conflict: FoldConflictError,
   log_inconsistent: ConflictError,
   text_unavailable: TextUnavailableError,
+  turn_key_damaged: TurnKeyDamagedError,
+  seal_mismatch: SealMismatchError,
   window_error: WindowError,
   too_many_long_polls: LongPollLimitError,
   database_unavailable: DatabaseUnavailableError,

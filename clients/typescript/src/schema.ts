@@ -740,6 +740,11 @@ export type components = {
             status: "confirmed" | "failed" | "stopped";
             /** Turn Id */
             turn_id: string;
+            /**
+             * Unreadable
+             * @description key-damaged: not deleted, but the turn's stored key was altered, so its text cannot be read (docs/audit.md)
+             */
+            unreadable?: "key-damaged" | null;
         };
         /** HistoryPageOut */
         HistoryPageOut: {
@@ -1060,6 +1065,11 @@ export type components = {
             status: "confirmed" | "failed" | "stopped";
             /** Turn Id */
             turn_id: string;
+            /**
+             * Unreadable
+             * @description key-damaged: not deleted, but the turn's stored key was altered, so its text cannot be read (docs/audit.md)
+             */
+            unreadable?: "key-damaged" | null;
             /** Version */
             version: number;
         };
@@ -1304,7 +1314,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            /** @description a turn's text whose key was destroyed meanwhile */
+            /** @description a turn's text whose key was destroyed meanwhile, whose stored key is damaged, or whose seal does not open for this owner */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -1408,7 +1418,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            /** @description a turn's text whose key was destroyed meanwhile */
+            /** @description a turn's text whose key was destroyed meanwhile, whose stored key is damaged, or whose seal does not open for this owner */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -1513,7 +1523,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            /** @description a turn's text whose key was destroyed meanwhile */
+            /** @description a turn's text whose key was destroyed meanwhile, whose stored key is damaged, or whose seal does not open for this owner */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -1620,7 +1630,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            /** @description a turn's text whose key was destroyed meanwhile */
+            /** @description a turn's text whose key was destroyed meanwhile, whose stored key is damaged, or whose seal does not open for this owner */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -1728,7 +1738,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            /** @description a turn's text whose key was destroyed meanwhile */
+            /** @description a turn's text whose key was destroyed meanwhile, whose stored key is damaged, or whose seal does not open for this owner */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -1834,7 +1844,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            /** @description a turn's text whose key was destroyed meanwhile */
+            /** @description a turn's text whose key was destroyed meanwhile, whose stored key is damaged, or whose seal does not open for this owner */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -1943,7 +1953,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            /** @description a turn's text whose key was destroyed meanwhile */
+            /** @description a turn's text whose key was destroyed meanwhile, whose stored key is damaged, or whose seal does not open for this owner */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -2051,7 +2061,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            /** @description a turn's text whose key was destroyed meanwhile */
+            /** @description a turn's text whose key was destroyed meanwhile, whose stored key is damaged, or whose seal does not open for this owner */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -2161,7 +2171,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            /** @description a turn's text whose key was destroyed meanwhile */
+            /** @description a turn's text whose key was destroyed meanwhile, whose stored key is damaged, or whose seal does not open for this owner */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -2271,7 +2281,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            /** @description a turn's text whose key was destroyed meanwhile */
+            /** @description a turn's text whose key was destroyed meanwhile, whose stored key is damaged, or whose seal does not open for this owner */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -2491,7 +2501,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            /** @description a turn's text whose key was destroyed meanwhile */
+            /** @description a turn's text whose key was destroyed meanwhile, whose stored key is damaged, or whose seal does not open for this owner */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -2592,7 +2602,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            /** @description a turn's text whose key was destroyed meanwhile */
+            /** @description a turn's text whose key was destroyed meanwhile, whose stored key is damaged, or whose seal does not open for this owner */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -2697,7 +2707,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            /** @description a turn's text whose key was destroyed meanwhile */
+            /** @description a turn's text whose key was destroyed meanwhile, whose stored key is damaged, or whose seal does not open for this owner */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -2800,7 +2810,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            /** @description a turn's text whose key was destroyed meanwhile */
+            /** @description a turn's text whose key was destroyed meanwhile, whose stored key is damaged, or whose seal does not open for this owner */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -2904,7 +2914,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            /** @description a turn's text whose key was destroyed meanwhile */
+            /** @description a turn's text whose key was destroyed meanwhile, whose stored key is damaged, or whose seal does not open for this owner */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -3025,7 +3035,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            /** @description a turn's text whose key was destroyed meanwhile */
+            /** @description a turn's text whose key was destroyed meanwhile, whose stored key is damaged, or whose seal does not open for this owner */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -3164,7 +3174,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            /** @description a turn's text whose key was destroyed meanwhile */
+            /** @description a turn's text whose key was destroyed meanwhile, whose stored key is damaged, or whose seal does not open for this owner */
             410: {
                 headers: {
                     [name: string]: unknown;

@@ -1,0 +1,183 @@
+"""The ledger's read side, in the event log's own database: its versioned steps.
+
+1. the conversation heads (with their owner index), turn rows and fold rows;
+2. each turn row's parts sizes (added with turn parts: NULL, a text-only
+   turn, in rows written before);
+3. the per-user feed index (infra/owner_feed.py), built from the log.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from psycopg import sql
+
+from turnledger.infra.migrations.runner import (
+    Step,
+    StoreNames,
+    sqlite_column_exists,
+    sqlite_table_exists,
+)
+from turnledger.infra.owner_feed import (
+    OWNER_FEED_TABLE,
+    SQLITE_OWNER_FEED_TABLE,
+    postgres_owner_feed_ddl,
+    sqlite_build_owner_feed,
+)
+
+COMPONENT = "ledger"
+
+# SQLite ------------------------------------------------------------------------
+
+_SQLITE_READ_SIDE = [
+    """
+    CREATE TABLE IF NOT EXISTS conversation_heads (
+        conversation_id TEXT PRIMARY KEY,
+        owner_id TEXT NOT NULL,
+        version INTEGER NOT NULL,
+        head_digest TEXT NOT NULL,
+        turn_count INTEGER NOT NULL,
+        eligible_count INTEGER NOT NULL,
+        created_at TEXT NOT NULL,
+        modified_at TEXT NOT NULL
+    ) WITHOUT ROWID
+    """,
+    "CREATE INDEX IF NOT EXISTS conversation_heads_by_owner "
+    "ON conversation_heads (owner_id, created_at)",
+    """
+    CREATE TABLE IF NOT EXISTS conversation_turns (
+        conversation_id TEXT NOT NULL,
+        position INTEGER NOT NULL,
+        turn_id TEXT NOT NULL,
+        status TEXT NOT NULL,
+        version INTEGER NOT NULL,
+        recorded_at TEXT NOT NULL,
+        question_json_bytes INTEGER,
+        answer_json_bytes INTEGER,
+        question_chars INTEGER,
+        answer_chars INTEGER,
+        deleted_version INTEGER,
+        deleted_at TEXT,
+        PRIMARY KEY (conversation_id, position),
+        UNIQUE (conversation_id, turn_id)
+    ) WITHOUT ROWID
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS conversation_folds (
+        conversation_id TEXT NOT NULL,
+        fold_id TEXT NOT NULL,
+        version INTEGER NOT NULL,
+        recorded_at TEXT NOT NULL,
+        covers_through_turn_id TEXT NOT NULL,
+        covers_through_position INTEGER NOT NULL,
+        covered_turns INTEGER NOT NULL,
+        covered_eligible INTEGER NOT NULL,
+        summary_json_bytes INTEGER,
+        summary_chars INTEGER,
+        withdrawn_version INTEGER,
+        PRIMARY KEY (conversation_id, fold_id)
+    ) WITHOUT ROWID
+    """,
+]
+
+
+def _sqlite_read_side(cursor: Any, names: StoreNames) -> None:
+    for statement in _SQLITE_READ_SIDE:
+        cursor.execute(statement)
+
+
+def _sqlite_parts_sizes(cursor: Any, names: StoreNames) -> None:
+    if not sqlite_column_exists(cursor, "conversation_turns", "parts_sizes"):
+        cursor.execute("ALTER TABLE conversation_turns ADD COLUMN parts_sizes TEXT")
+
+
+def _sqlite_owner_feed(cursor: Any, names: StoreNames) -> None:
+    if not sqlite_table_exists(cursor, OWNER_FEED_TABLE):
+        cursor.execute(SQLITE_OWNER_FEED_TABLE)
+        cursor.execute(sqlite_build_owner_feed(names.events_table))
+
+
+SQLITE_STEPS = (
+    Step(1, "read side: conversation heads, turn rows, fold rows", _sqlite_read_side),
+    Step(2, "turn rows: parts sizes", _sqlite_parts_sizes),
+    Step(3, "per-user feed index, built from the log", _sqlite_owner_feed),
+)
+
+# PostgreSQL --------------------------------------------------------------------
+
+_POSTGRES_READ_SIDE = [
+    "CREATE TABLE IF NOT EXISTS {heads} ("
+    " conversation_id uuid PRIMARY KEY,"
+    " owner_id text NOT NULL,"
+    " version bigint NOT NULL,"
+    " head_digest text NOT NULL,"
+    " turn_count integer NOT NULL,"
+    " eligible_count integer NOT NULL,"
+    " created_at timestamptz NOT NULL,"
+    " modified_at timestamptz NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS conversation_heads_by_owner "
+    "ON {heads} (owner_id, created_at)",
+    # One row per turn: columns ordered so that none needs alignment padding,
+    # versions as integer (a conversation never reaches 2**31 events).
+    "CREATE TABLE IF NOT EXISTS {turns} ("
+    " conversation_id uuid NOT NULL,"
+    " recorded_at timestamptz NOT NULL,"
+    " deleted_at timestamptz,"
+    " position integer NOT NULL,"
+    " version integer NOT NULL,"
+    " deleted_version integer,"
+    " question_json_bytes integer,"
+    " answer_json_bytes integer,"
+    " question_chars integer,"
+    " answer_chars integer,"
+    ' status "char" NOT NULL,'
+    " turn_id text NOT NULL,"
+    # Checked at commit: a violation then fails the whole transaction as an
+    # integrity error, where an immediate one would abort the pipeline the
+    # library writes the events in, and surface as "pipeline aborted".
+    " PRIMARY KEY (conversation_id, position) DEFERRABLE INITIALLY DEFERRED,"
+    " UNIQUE (conversation_id, turn_id) DEFERRABLE INITIALLY DEFERRED)",
+    "CREATE TABLE IF NOT EXISTS {folds} ("
+    " conversation_id uuid NOT NULL,"
+    " fold_id text NOT NULL,"
+    " version bigint NOT NULL,"
+    " recorded_at timestamptz NOT NULL,"
+    " covers_through_turn_id text NOT NULL,"
+    " covers_through_position integer NOT NULL,"
+    " covered_turns integer NOT NULL,"
+    " covered_eligible integer NOT NULL,"
+    " summary_json_bytes integer,"
+    " summary_chars integer,"
+    " withdrawn_version bigint,"
+    " PRIMARY KEY (conversation_id, fold_id) DEFERRABLE INITIALLY DEFERRED)",
+]
+
+
+def _postgres_read_side(cursor: Any, names: StoreNames) -> None:
+    tables = {
+        "heads": names.table("conversation_heads"),
+        "turns": names.table("conversation_turns"),
+        "folds": names.table("conversation_folds"),
+    }
+    for statement in _POSTGRES_READ_SIDE:
+        cursor.execute(sql.SQL(statement).format(**tables))  # type: ignore[arg-type]
+
+
+def _postgres_parts_sizes(cursor: Any, names: StoreNames) -> None:
+    cursor.execute(
+        sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS parts_sizes text").format(
+            names.table("conversation_turns")
+        )
+    )
+
+
+def _postgres_owner_feed(cursor: Any, names: StoreNames) -> None:
+    for statement in postgres_owner_feed_ddl(names.schema, names.events_table):
+        cursor.execute(statement)
+
+
+POSTGRES_STEPS = (
+    Step(1, "read side: conversation heads, turn rows, fold rows", _postgres_read_side),
+    Step(2, "turn rows: parts sizes", _postgres_parts_sizes),
+    Step(3, "per-user feed index, built from the log", _postgres_owner_feed),
+)
