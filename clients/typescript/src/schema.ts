@@ -2390,7 +2390,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            /** @description a turn's text whose key was destroyed meanwhile */
+            /** @description a turn's text whose key was destroyed meanwhile, whose stored key is damaged, or whose seal does not open for this owner */
             410: {
                 headers: {
                     [name: string]: unknown;
