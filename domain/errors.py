@@ -28,6 +28,8 @@
     ├── LongPollLimitError           a device or user has the most long-polls allowed
     ├── MasterKeyError               the master key is missing, malformed or another one
     │                                (infra.vault)
+    ├── SchemaTooNewError            the store's schema is newer than this code
+    │                                (infra.migrations)
     ├── DeletionRecordError          a store is behind its deletion record, or the
     │   │                            record cannot be read (infra.deletion_record)
     │   └── DeletionRecordLostError  the record is missing, altered or behind the store

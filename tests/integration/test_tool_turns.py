@@ -29,6 +29,7 @@ from turnledger.domain.parts import (
     TurnParts,
     sha256_digest,
 )
+from turnledger.infra.migrations import MIGRATIONS_TABLE
 from turnledger.infra.read_side import rebuild_read_side
 from turnledger.infra.service_layer.application import Conversations
 from turnledger.infra.service_layer.audit import Auditor
@@ -284,13 +285,17 @@ def test_a_store_from_before_parts_gains_the_column_and_keeps_its_turns(
     conversation_id = ledger.start_conversation(OWNER)
     ledger.confirm_turn(OWNER, conversation_id, turn_id="t1", question="q", answer="a")
     ledger.close()
-    drop = "ALTER TABLE {}conversation_turns DROP COLUMN parts_sizes"
+    # A store from before parts: no column, and no record of versioned steps.
+    drop = "ALTER TABLE {0}conversation_turns DROP COLUMN parts_sizes"
+    forget = f"DROP TABLE {{0}}{MIGRATIONS_TABLE}"
     if settings.persistence == "sqlite":
         with sqlite3.connect(settings.sqlite_events_path) as connection:
             connection.execute(drop.format(""))
+            connection.execute(forget.format(""))
     else:
         with psycopg.connect(settings.postgres_conninfo()) as connection:
             connection.execute(drop.format(f'"{settings.postgres_schema}".'))
+            connection.execute(forget.format(f'"{settings.postgres_schema}".'))
     reopened = open_ledger()
     reopened.confirm_turn(OWNER, conversation_id, turn_id="t2", parts=WEATHER)
     items = reopened.get_history(OWNER, conversation_id).items
