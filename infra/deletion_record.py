@@ -82,7 +82,8 @@ class DeletionRecord:
     def __init__(self, path: Path, record_id: str | None = None) -> None:
         """`record_id`: the id a record created here gets (default: random)."""
         self.path = path
-        self._new_id = record_id or secrets.token_hex(16)
+        # The id this record has, or gets when created here.
+        self.record_id = record_id or secrets.token_hex(16)
         self._state: RecordState | None = None
         self._lock = threading.Lock()
 
@@ -94,7 +95,7 @@ class DeletionRecord:
         header = orjson.dumps(
             {
                 "format": FORMAT,
-                "record_id": self._new_id,
+                "record_id": self.record_id,
                 "created_at": datetime.now(UTC).isoformat(),
             }
         ).decode()

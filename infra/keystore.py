@@ -75,6 +75,11 @@ class KeyStore(KeyPurgeView):
     def write_meta(self, name: str, value: str) -> None: ...
 
     @abstractmethod
+    def claim_meta(self, name: str, value: str) -> str:
+        """Write `value` unless the store holds a value already; return the
+        value held afterwards (processes racing to set it all get the first)."""
+
+    @abstractmethod
     def destroyed_key_ids(self) -> set[tuple[str, str]]:
         """Every (conversation id as 32 hex digits, key id) whose key this
         store destroyed (strings: comparing 100,000 of them must be cheap)."""
@@ -119,6 +124,10 @@ class MemoryKeyStore(KeyStore):
     def write_meta(self, name: str, value: str) -> None:
         with self._lock:
             self._meta[name] = value
+
+    def claim_meta(self, name: str, value: str) -> str:
+        with self._lock:
+            return self._meta.setdefault(name, value)
 
     def destroyed_key_ids(self) -> set[tuple[str, str]]:
         with self._lock:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import sqlite3
-from contextlib import closing
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
 
 import psycopg
 
@@ -25,6 +27,9 @@ from turnledger.infra.vault import (
 )
 
 _log = logging.getLogger(__name__)
+
+# An empty file in an SQLite data directory: held while a process opens it.
+OPENING_LOCK = "opening.lock"
 
 
 def eventsourcing_env(settings: Settings) -> dict[str, str]:
@@ -115,8 +120,31 @@ def open_conversations(settings: Settings, *, read_only: bool = False) -> Conver
     """
     if read_only:
         return _open_read_only(settings)
-    if settings.persistence == "sqlite":
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
+    with _opening_lock(settings):
+        return _open_for_writing(settings)
+
+
+@contextmanager
+def _opening_lock(settings: Settings) -> Iterator[None]:
+    """On SQLite, one opening at a time per data directory.
+
+    Opening a fresh SQLite store switches each file to WAL and creates its
+    tables; SQLite answers "database is locked" at once, without waiting, to
+    a connection whose read must become a write while another did so first.
+    Processes opening one store together (a service's workers, a CLI beside
+    them) take turns here instead. PostgreSQL orders its openings with an
+    advisory lock (infra/migrations/) and the record's claim (infra/restore.py).
+    """
+    if settings.persistence != "sqlite":
+        yield
+        return
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    with open(settings.data_dir / OPENING_LOCK, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield  # closing the file releases the lock
+
+
+def _open_for_writing(settings: Settings) -> Conversations:
     if settings.persistence == "postgres":
         ensure_schema(settings.postgres_conninfo(), settings.postgres_schema)
     keys = key_store(settings)

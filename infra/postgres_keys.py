@@ -257,6 +257,18 @@ class PostgresKeyStore(KeyStore):
         with self._pool.connection() as connection:
             connection.execute(_UPSERT_META.format(self._meta), (name, value))
 
+    def claim_meta(self, name: str, value: str) -> str:
+        with self._pool.connection() as connection:
+            # ON CONFLICT DO NOTHING waits for a racing insert to commit, so
+            # the SELECT after it (a new snapshot) sees the first value.
+            connection.execute(_INSERT_META.format(self._meta), (name, value))
+            row = connection.execute(
+                sql.SQL("SELECT value FROM {} WHERE name = %s").format(self._meta),
+                (name,),
+            ).fetchone()
+        assert row is not None
+        return str(row[0])
+
     def destroyed_key_ids(self) -> set[tuple[str, str]]:
         with self._pool.connection() as connection:
             rows = connection.execute(
@@ -302,6 +314,7 @@ class PostgresKeyStore(KeyStore):
         return len(rows)
 
 
+_INSERT_META = sql.SQL("INSERT INTO {} VALUES (%s, %s) ON CONFLICT (name) DO NOTHING")
 _UPSERT_META = sql.SQL(
     "INSERT INTO {} VALUES (%s, %s) "
     "ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value"

@@ -126,6 +126,11 @@ def _check(
     apply: bool,
 ) -> RestoreReport:
     attached = store.read_meta(RECORD_META)
+    if attached is not None and attached != record.record_id and not record.exists():
+        # `record` was named from a read made before another process, opening
+        # the same fresh store at the same time, attached it: follow that one.
+        record = _named(record, attached)
+    created = False
     if not record.exists():
         if attached is not None:
             raise DeletionRecordLostError(
@@ -138,6 +143,7 @@ def _check(
         if not apply:
             return RestoreReport(record.path)
         record.create()
+        created = True
     state = record.load()
     if attached is not None and attached != state.record_id:
         raise DeletionRecordLostError(
@@ -190,8 +196,25 @@ def _check(
     if missing:
         report = _redo(ledger, store, missing, report)
     if apply and attached is None:
-        store.write_meta(RECORD_META, state.record_id)
+        # Attach only if no other opening did meanwhile: the first to attach
+        # wins, and a loser follows the winner's record (which holds every
+        # key the store had destroyed: the winner adopted them before
+        # attaching) instead of leaving the store's record id flapping.
+        winner = store.claim_meta(RECORD_META, state.record_id)
+        if winner != state.record_id:
+            if created:  # never attached, never named anywhere: no one's record
+                record.path.unlink(missing_ok=True)
+            return _check(ledger, store, _named(record, winner), apply=apply)
     return report
+
+
+def _named(record: DeletionRecord, record_id: str) -> DeletionRecord:
+    """The record `record_id` in the same directory as `record`."""
+    return DeletionRecord(record.path.parent / _file_name(record_id), record_id)
+
+
+def _file_name(record_id: str) -> str:
+    return f"deletions-{record_id}.log"
 
 
 def check_read_only(
@@ -209,7 +232,7 @@ def check_read_only(
 def deletion_record(directory: Path, store: KeyStore) -> DeletionRecord:
     """The record this store follows, or the one it will start, in `directory`."""
     record_id = store.read_meta(RECORD_META) or secrets.token_hex(16)
-    return DeletionRecord(directory / f"deletions-{record_id}.log", record_id)
+    return DeletionRecord(directory / _file_name(record_id), record_id)
 
 
 def rebuild_record(store: KeyStore, record: DeletionRecord) -> RecordState:

@@ -206,6 +206,18 @@ class SQLiteKeyStore(KeyStore):
                 "INSERT OR REPLACE INTO key_store_meta VALUES (?, ?)", (name, value)
             )
 
+    def claim_meta(self, name: str, value: str) -> str:
+        with self._lock:
+            # INSERT OR IGNORE is atomic across processes; the read after it
+            # sees whichever insert came first.
+            self._connection.execute(
+                "INSERT OR IGNORE INTO key_store_meta VALUES (?, ?)", (name, value)
+            )
+            row = self._connection.execute(
+                "SELECT value FROM key_store_meta WHERE name = ?", (name,)
+            ).fetchone()
+        return str(row[0])
+
     def destroyed_key_ids(self) -> set[tuple[str, str]]:
         with self._lock:
             # Stored as 32 hex digits (a first-release store may have dashes).
