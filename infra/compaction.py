@@ -258,14 +258,18 @@ class KeyCompaction:
         destroyed_id: int,
         highest_segment: str | None,
     ) -> None:
-        # The WAL up to `wal_segment` may hold destroyed keys: it only grows.
+        # The WAL up to `wal_segment` may hold destroyed keys: it only grows,
+        # by place (a segment name's last 16 digits): after a failover a new
+        # timeline's name sorts above an old timeline's later place.
         connection.execute(
             sql.SQL(
                 "INSERT INTO {} AS s (application_name, rewritten_id, wal_segment) "
                 "VALUES (%(name)s, %(id)s, %(segment)s) "
                 "ON CONFLICT (application_name) DO UPDATE SET "
                 "rewritten_id = GREATEST(s.rewritten_id, EXCLUDED.rewritten_id), "
-                "wal_segment = GREATEST(s.wal_segment, EXCLUDED.wal_segment)"
+                "wal_segment = CASE WHEN substr(EXCLUDED.wal_segment, 9) "
+                "> coalesce(substr(s.wal_segment, 9), '') "
+                "THEN EXCLUDED.wal_segment ELSE s.wal_segment END"
             ).format(self._state),
             {"name": application_name, "id": destroyed_id, "segment": highest_segment},
         )
