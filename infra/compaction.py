@@ -30,8 +30,9 @@ module removes all three and *verifies* it before reporting complete:
    (archiving, replication slots, wal_keep_size, wal_recycle, privileges) is
    reported as the reason compaction is pending; a later run re-checks.
 
-The state lives in `<schema>.key_compaction`, so every process (and the HTTP
-route) sees why a compaction is pending. See docs/deletion.md.
+The state lives in `<schema>.key_compaction` (made by the key store's
+migration step 3, infra/migrations/stores.py), so every process (and the
+HTTP route) sees why a compaction is pending. See docs/deletion.md.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from psycopg import errors, sql
 from psycopg_pool import ConnectionPool
 
 from turnledger.infra import wal, wal_members
+from turnledger.infra.migrations.stores import KEY_COMPACTION_TABLE
 
 logger = logging.getLogger("turnledger.purge")
 
@@ -82,9 +84,8 @@ class KeyCompaction:
         self._pool = pool
         self._conninfo = conninfo
         self._tracking = sql.Identifier(schema, "key_purge_tracking")
-        self._state = sql.Identifier(schema, "key_compaction")
+        self._state = sql.Identifier(schema, KEY_COMPACTION_TABLE)
         self._schema = schema
-        self._state_ready = False
         self._finishing = threading.RLock()
         self._checkpointer: threading.Thread | None = None
 
@@ -96,7 +97,6 @@ class KeyCompaction:
         lock_timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS,
         checkpoint_wait_seconds: float = DEFAULT_CHECKPOINT_WAIT_SECONDS,
     ) -> CompactionOutcome:
-        self._ensure_state_table()
         with self._pool.connection() as connection:
             row = connection.execute(
                 sql.SQL(
@@ -166,14 +166,18 @@ class KeyCompaction:
 
     def holds(self, application_name: str) -> tuple[str, ...]:
         """Why the last compaction attempt stayed pending (empty if it did not)."""
-        self._ensure_state_table()
         with self._pool.connection() as connection:
-            row = connection.execute(
-                sql.SQL("SELECT holds FROM {} WHERE application_name = %s").format(
-                    self._state
-                ),
-                (application_name,),
-            ).fetchone()
+            try:
+                row = connection.execute(
+                    sql.SQL("SELECT holds FROM {} WHERE application_name = %s").format(
+                        self._state
+                    ),
+                    (application_name,),
+                ).fetchone()
+            except errors.UndefinedTable:
+                # A read-only opening (the audit) of a store that this release
+                # has not migrated yet: nothing recorded.
+                return ()
         return () if row is None else tuple(row[0])
 
     # The rewrite ------------------------------------------------------------
@@ -263,14 +267,18 @@ class KeyCompaction:
         destroyed_id: int,
         highest_segment: str | None,
     ) -> None:
-        # The WAL up to `wal_segment` may hold destroyed keys: it only grows.
+        # The WAL up to `wal_segment` may hold destroyed keys: it only grows,
+        # by place (a segment name's last 16 digits): after a failover a new
+        # timeline's name sorts above an old timeline's later place.
         connection.execute(
             sql.SQL(
                 "INSERT INTO {} AS s (application_name, rewritten_id, wal_segment) "
                 "VALUES (%(name)s, %(id)s, %(segment)s) "
                 "ON CONFLICT (application_name) DO UPDATE SET "
                 "rewritten_id = GREATEST(s.rewritten_id, EXCLUDED.rewritten_id), "
-                "wal_segment = GREATEST(s.wal_segment, EXCLUDED.wal_segment)"
+                "wal_segment = CASE WHEN substr(EXCLUDED.wal_segment, 9) "
+                "> coalesce(substr(s.wal_segment, 9), '') "
+                "THEN EXCLUDED.wal_segment ELSE s.wal_segment END"
             ).format(self._state),
             {"name": application_name, "id": destroyed_id, "segment": highest_segment},
         )
@@ -409,22 +417,6 @@ class KeyCompaction:
             ).format(self._state),
             {"name": application_name, "holds": list(holds)},
         )
-
-    def _ensure_state_table(self) -> None:
-        if self._state_ready:
-            return
-        with self._pool.connection() as connection:
-            connection.execute(
-                sql.SQL(
-                    "CREATE TABLE IF NOT EXISTS {} ("
-                    " application_name text PRIMARY KEY,"
-                    " rewritten_id bigint NOT NULL,"  # last destroyed_id rewritten
-                    " wal_segment text,"  # WAL up to here may hold destroyed keys
-                    " holds text[] NOT NULL DEFAULT '{{}}',"  # why still pending
-                    " checked_at timestamptz)"
-                ).format(self._state)
-            )
-        self._state_ready = True
 
 
 # Horizon ----------------------------------------------------------------------
