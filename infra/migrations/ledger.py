@@ -209,9 +209,7 @@ def _postgres_no_size_statistics(cursor: Any, names: StoreNames) -> None:
             ).format(column=sql.Identifier(column), type=sql.SQL(kind))
             for column, kind in columns.items()
         )
-        cursor.execute(
-            sql.SQL("ALTER TABLE {} {}").format(names.table(table), changes)
-        )
+        cursor.execute(sql.SQL("ALTER TABLE {} {}").format(names.table(table), changes))
 
 
 POSTGRES_STEPS = (

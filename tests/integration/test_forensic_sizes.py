@@ -37,8 +37,7 @@ from turnledger.infra.vault import new_master_key
 OWNER = "sizes-owner"
 DOOMED = ("d1", "d2")
 TURN_SIZES = (
-    "question_json_bytes, answer_json_bytes, question_chars, answer_chars, "
-    "parts_sizes"
+    "question_json_bytes, answer_json_bytes, question_chars, answer_chars, parts_sizes"
 )
 
 
@@ -146,7 +145,9 @@ def _check_distinctive(patterns: Mapping[str, bytes]) -> None:
 
 
 def test_sqlite_keeps_no_size_of_a_deleted_text_in_any_file(tmp_path: Path) -> None:
-    settings = Settings(_env_file=None, persistence="sqlite", data_dir=tmp_path / "data")
+    settings = Settings(
+        _env_file=None, persistence="sqlite", data_dir=tmp_path / "data"
+    )
     ledger = open_conversations(settings)
     try:
         conversation_id = write_conversation(ledger)
@@ -234,7 +235,9 @@ def test_postgres_keeps_no_size_of_a_deleted_text_in_any_file(tmp_path: Path) ->
             after = read_all(files_under(tmp_path / "after"))
             assert any("/pg_wal/" in name for name in after)
             assert hits(after, patterns) == []
-            assert ledger.read_side.undeleted_turns(conversation_id)[0].sizes is not None
+            assert (
+                ledger.read_side.undeleted_turns(conversation_id)[0].sizes is not None
+            )
         finally:
             ledger.close()
 
