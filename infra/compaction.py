@@ -52,6 +52,7 @@ from psycopg_pool import ConnectionPool
 
 from turnledger.infra import wal, wal_members
 from turnledger.infra.migrations.stores import KEY_COMPACTION_TABLE
+from turnledger.infra.pool_queries import fetch_one
 
 logger = logging.getLogger("turnledger.purge")
 
@@ -98,14 +99,14 @@ class KeyCompaction:
         lock_timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS,
         checkpoint_wait_seconds: float = DEFAULT_CHECKPOINT_WAIT_SECONDS,
     ) -> CompactionOutcome:
-        with self._pool.connection() as connection:
-            row = connection.execute(
-                sql.SQL(
-                    "SELECT destroyed_id, destroyed_xid, dirty_partitions FROM {} "
-                    "WHERE application_name = %s"
-                ).format(self._tracking),
-                (application_name,),
-            ).fetchone()
+        row = fetch_one(
+            self._pool.connection,
+            sql.SQL(
+                "SELECT destroyed_id, destroyed_xid, dirty_partitions FROM {} "
+                "WHERE application_name = %s"
+            ).format(self._tracking),
+            (application_name,),
+        )
         if row is None:
             return CompactionOutcome(complete=False, holds=("nothing purged yet",))
         destroyed_id, destroyed_xid, dirty = row
@@ -167,18 +168,18 @@ class KeyCompaction:
 
     def holds(self, application_name: str) -> tuple[str, ...]:
         """Why the last compaction attempt stayed pending (empty if it did not)."""
-        with self._pool.connection() as connection:
-            try:
-                row = connection.execute(
-                    sql.SQL("SELECT holds FROM {} WHERE application_name = %s").format(
-                        self._state
-                    ),
-                    (application_name,),
-                ).fetchone()
-            except errors.UndefinedTable:
-                # A read-only opening (the audit) of a store that this release
-                # has not migrated yet: nothing recorded.
-                return ()
+        try:
+            row = fetch_one(
+                self._pool.connection,
+                sql.SQL("SELECT holds FROM {} WHERE application_name = %s").format(
+                    self._state
+                ),
+                (application_name,),
+            )
+        except errors.UndefinedTable:
+            # A read-only opening (the audit) of a store that this release
+            # has not migrated yet: nothing recorded.
+            return ()
         return () if row is None else tuple(row[0])
 
     # The rewrite ------------------------------------------------------------
