@@ -30,6 +30,26 @@ WAL_SETTINGS = {
 _SEGMENT = re.compile(r"^[0-9A-F]{24}(\.partial)?$")
 
 
+def position(name: str) -> str:
+    """Where a segment file lies in the WAL, whatever its timeline.
+
+    A segment's name is its timeline (8 hex digits) then its place (16). A new
+    timeline continues the old one's positions, and its first segment begins
+    with a copy of the old one's: a segment of any timeline at or before a
+    place may hold what was written there. PostgreSQL removes old segments by
+    place alone for the same reason (RemoveOldXlogFiles ignores the timeline).
+    """
+    return name[8:24]
+
+
+def up_to(names: list[str], target: str) -> list[str]:
+    """The segment files among `names` at or before `target`'s place, oldest
+    first (`.history` and other files hold no records)."""
+    place = position(target)
+    held = (n for n in names if _SEGMENT.match(n) and position(n) <= place)
+    return sorted(held, key=lambda name: (position(name), name))
+
+
 @dataclass(frozen=True, slots=True)
 class WalPrivileges:
     can_list: bool
@@ -117,7 +137,9 @@ def highest_segment(connection: psycopg.Connection[Any]) -> str:
         existing = segments(connection)
     except errors.InsufficientPrivilege:
         existing = []
-    return max([current, *(name[:24] for name in existing)])
+    # By place: an old timeline's segment beyond the new one's insert position
+    # (an old primary's tail, a pre-allocated file) counts.
+    return max([current, *(name[:24] for name in existing)], key=position)
 
 
 def current_segment(connection: psycopg.Connection[Any]) -> str:
@@ -130,13 +152,14 @@ def current_segment(connection: psycopg.Connection[Any]) -> str:
 
 
 def segments_up_to(connection: psycopg.Connection[Any], target: str) -> list[str]:
-    return [name for name in segments(connection) if name[:24] <= target]
+    return up_to(segments(connection), target)
 
 
 def move_past(connection: psycopg.Connection[Any], target: str) -> None:
-    """Switch WAL segments until the insert position is beyond `target`."""
+    """Switch WAL segments until the insert position is beyond `target`'s
+    place (on a new timeline too: its first segments repeat the old places)."""
     for _ in range(64):  # far more segments than min_wal_size keeps around
-        if current_segment(connection) > target:
+        if position(current_segment(connection)) > position(target):
             return
         # pg_switch_wal() does nothing in a segment with no record yet: write
         # one (the commit of a transaction that was given an id).
@@ -147,7 +170,8 @@ def move_past(connection: psycopg.Connection[Any], target: str) -> None:
 def slot_holds(connection: psycopg.Connection[Any], target: str) -> list[str]:
     rows = connection.execute(
         "SELECT slot_name, pg_walfile_name(restart_lsn) FROM pg_replication_slots "
-        "WHERE restart_lsn IS NOT NULL AND pg_walfile_name(restart_lsn) <= %s",
+        "WHERE restart_lsn IS NOT NULL "
+        "AND substr(pg_walfile_name(restart_lsn), 9) <= substr(%s, 9)",
         (target,),
     ).fetchall()
     return [f"replication slot {name} needs WAL from {seg}" for name, seg in rows]

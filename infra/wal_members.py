@@ -51,7 +51,7 @@ def member_holds(conninfo: str, target: str) -> list[str]:
                 standby = bool(row and row[0])
                 if standby:
                     connection.execute("CHECKPOINT")
-                kept = [s for s in wal.segments(connection) if s[8:24] <= target[8:24]]
+                kept = wal.segments_up_to(connection, target)
         except psycopg.Error as error:
             first = (str(error).strip().splitlines() or [type(error).__name__])[0]
             holds.append(f"member {name}: its WAL could not be checked ({first})")
@@ -60,6 +60,6 @@ def member_holds(conninfo: str, target: str) -> list[str]:
             role = "standby" if standby else "primary"
             holds.append(
                 f"member {name} ({role}): {len(kept)} segment(s) up to "
-                f"{target[8:24]} still in pg_wal (oldest {kept[0]})"
+                f"{wal.position(target)} still in pg_wal (oldest {kept[0]})"
             )
     return holds

@@ -420,6 +420,8 @@ export type components = {
         };
         /** CheckpointOut */
         CheckpointOut: {
+            /** @description the deletion record's head signed with this checkpoint; null for a checkpoint taken without a record (memory store) or signed before records were */
+            deletion_record?: components["schemas"]["DeletionRecordHeadOut"] | null;
             /**
              * Format
              * @description "turnledger-checkpoint/v1"
@@ -546,6 +548,34 @@ export type components = {
             deleted_turn_ids: string[];
             /** Version */
             version: number;
+        };
+        /** DeletionRecordHeadOut */
+        DeletionRecordHeadOut: {
+            /**
+             * Entries
+             * @description how many destroyed keys the record held
+             */
+            entries: number;
+            /**
+             * Format
+             * @description "turnledger-deletion-record-head/v1"
+             */
+            format: string;
+            /**
+             * Head
+             * @description hex of the record's chained head after them
+             */
+            head: string;
+            /**
+             * Record Id
+             * @description the deletion record's id
+             */
+            record_id: string;
+            /**
+             * Signature
+             * @description base64 of the Ed25519 signature, by the checkpoint's key, over the record head bound to this checkpoint's signed tree head (docs/transparency.md)
+             */
+            signature: string;
         };
         /** DeviceIn */
         DeviceIn: {
