@@ -3,7 +3,7 @@ conversation, and what the purge records about destroying them."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 from uuid import UUID
 
@@ -144,6 +144,30 @@ class PostgresKeyStore(KeyStore):
             (conversation_id, list(turn_ids)),
         )
         return {turn_id: bytes(blob) for turn_id, blob in rows}
+
+    def get_across(
+        self, turn_ids: Mapping[UUID, Collection[str]]
+    ) -> dict[UUID, dict[str, bytes]]:
+        pairs = [(c, t) for c, ids in turn_ids.items() for t in ids]
+        if not pairs:
+            return {}
+        with self._pool.connection() as connection:
+            # The conversation list lets the executor skip the partitions of
+            # other conversations; the pairs pick the turns.
+            rows = connection.execute(
+                sql.SQL(
+                    "SELECT conversation_id, turn_id, wrapped_key FROM {} "
+                    "WHERE conversation_id = ANY(%s::uuid[]) "
+                    "AND (conversation_id, turn_id) IN "
+                    "(SELECT * FROM unnest(%s::uuid[], %s::text[]))"
+                ).format(self._table),
+                (list(turn_ids), [c for c, _ in pairs], [t for _, t in pairs]),
+                prepare=True,
+            ).fetchall()
+        found: dict[UUID, dict[str, bytes]] = {}
+        for conversation_id, turn_id, blob in rows:
+            found.setdefault(conversation_id, {})[turn_id] = bytes(blob)
+        return found
 
     def destroy_keys(
         self, conversation_id: UUID, turn_ids: Collection[str], tracking: Tracking
