@@ -251,6 +251,43 @@ class KeyVault:
             )
         return opened
 
+    def open_across(
+        self,
+        items: Mapping[UUID, Sequence[tuple[str, str, bytes]]],
+        *,
+        owner_id: str,
+        damaged: set[tuple[UUID, str]],
+    ) -> dict[UUID, list[str | None]]:
+        """`open_many` for several conversations of `owner_id` at once, their
+        keys read in one statement (a sync read spans many conversations).
+
+        A text whose key is gone opens to None. A text whose stored key is
+        damaged opens to None too, and (conversation id, turn id) is added
+        to `damaged`, so the other turns are still served; a text that does
+        not open in its place (altered, moved, or sealed for another owner)
+        raises SealMismatchError, as in `open_many`.
+        """
+        wrapped = self._keys.get_across(
+            {c: {turn_id for turn_id, _, _ in found} for c, found in items.items()}
+        )
+        opened: dict[UUID, list[str | None]] = {}
+        for conversation_id, found in items.items():
+            keys: dict[str, bytes] = {}
+            for turn_id, blob in wrapped.get(conversation_id, {}).items():
+                try:
+                    keys[turn_id] = self._unwrap(conversation_id, turn_id, blob)
+                except TurnKeyDamagedError:
+                    damaged.add((conversation_id, turn_id))
+            opened[conversation_id] = [
+                None
+                if (key := keys.get(turn_id)) is None
+                else self._open_one(
+                    key, conversation_id, turn_id, field, sealed, owner_id
+                )
+                for turn_id, field, sealed in found
+            ]
+        return opened
+
     @staticmethod
     def _open_one(
         key: bytes,
