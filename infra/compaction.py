@@ -13,10 +13,12 @@ module removes all three and *verifies* it before reporting complete:
    snapshot, VACUUM's own included, treats them as running), prepared
    transactions, standbys' feedback and replication slots.
 2. **Rewrite.** `VACUUM (FULL, VERBOSE)` of the partitions the purge deleted
-   from, under a `lock_timeout`: a session holding a lock on a partition makes
-   compaction give up and stay pending rather than queue every key read and
-   write behind it. The server's own report ("N dead row versions cannot be
-   removed yet") is the verification: anything but 0 leaves it pending.
+   from, and of the read side's turn and fold tables (their old row versions
+   hold the sizes the deletion erased), under a `lock_timeout`: a session
+   holding a lock on one makes compaction give up and stay pending rather
+   than queue every key read and write behind it. The server's own report
+   ("N dead row versions cannot be removed yet") is the verification:
+   anything but 0 leaves it pending.
 3. **WAL.** With `wal_recycle = off`, segments the server no longer needs are
    unlinked, not renamed with their contents. The purge records the highest
    segment present after the rewrite; every segment up to that one may hold
@@ -29,8 +31,9 @@ module removes all three and *verifies* it before reporting complete:
    (archiving, replication slots, wal_keep_size, wal_recycle, privileges) is
    reported as the reason compaction is pending; a later run re-checks.
 
-The state lives in `<schema>.key_compaction`, so every process (and the HTTP
-route) sees why a compaction is pending. See docs/deletion.md.
+The state lives in `<schema>.key_compaction` (made by the key store's
+migration step 3, infra/migrations/stores.py), so every process (and the
+HTTP route) sees why a compaction is pending. See docs/deletion.md.
 """
 
 from __future__ import annotations
@@ -48,6 +51,8 @@ from psycopg import errors, sql
 from psycopg_pool import ConnectionPool
 
 from turnledger.infra import wal, wal_members
+from turnledger.infra.migrations.stores import KEY_COMPACTION_TABLE
+from turnledger.infra.pool_queries import fetch_one
 
 logger = logging.getLogger("turnledger.purge")
 
@@ -60,6 +65,10 @@ DEFAULT_CHECKPOINT_WAIT_SECONDS = 0.2
 DEFAULT_LOCK_TIMEOUT_MS = 200
 
 _LEADING_COUNT = re.compile(r"^\s*(\d+)")
+
+# The read side's tables whose rows held sizes a deletion erased: the row
+# versions from before the erasure stay in their files until rewritten.
+READ_SIDE_SIZE_TABLES = ("conversation_turns", "conversation_folds")
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,9 +86,8 @@ class KeyCompaction:
         self._pool = pool
         self._conninfo = conninfo
         self._tracking = sql.Identifier(schema, "key_purge_tracking")
-        self._state = sql.Identifier(schema, "key_compaction")
+        self._state = sql.Identifier(schema, KEY_COMPACTION_TABLE)
         self._schema = schema
-        self._state_ready = False
         self._finishing = threading.RLock()
         self._checkpointer: threading.Thread | None = None
 
@@ -91,15 +99,14 @@ class KeyCompaction:
         lock_timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS,
         checkpoint_wait_seconds: float = DEFAULT_CHECKPOINT_WAIT_SECONDS,
     ) -> CompactionOutcome:
-        self._ensure_state_table()
-        with self._pool.connection() as connection:
-            row = connection.execute(
-                sql.SQL(
-                    "SELECT destroyed_id, destroyed_xid, dirty_partitions FROM {} "
-                    "WHERE application_name = %s"
-                ).format(self._tracking),
-                (application_name,),
-            ).fetchone()
+        row = fetch_one(
+            self._pool.connection,
+            sql.SQL(
+                "SELECT destroyed_id, destroyed_xid, dirty_partitions FROM {} "
+                "WHERE application_name = %s"
+            ).format(self._tracking),
+            (application_name,),
+        )
         if row is None:
             return CompactionOutcome(complete=False, holds=("nothing purged yet",))
         destroyed_id, destroyed_xid, dirty = row
@@ -161,14 +168,18 @@ class KeyCompaction:
 
     def holds(self, application_name: str) -> tuple[str, ...]:
         """Why the last compaction attempt stayed pending (empty if it did not)."""
-        self._ensure_state_table()
-        with self._pool.connection() as connection:
-            row = connection.execute(
+        try:
+            row = fetch_one(
+                self._pool.connection,
                 sql.SQL("SELECT holds FROM {} WHERE application_name = %s").format(
                     self._state
                 ),
                 (application_name,),
-            ).fetchone()
+            )
+        except errors.UndefinedTable:
+            # A read-only opening (the audit) of a store that this release
+            # has not migrated yet: nothing recorded.
+            return ()
         return () if row is None else tuple(row[0])
 
     # The rewrite ------------------------------------------------------------
@@ -207,8 +218,12 @@ class KeyCompaction:
         connection.execute(
             sql.SQL("SET lock_timeout = {}").format(sql.Literal(f"{lock_timeout_ms}ms"))
         )
+        # The key partitions, then the read side's tables whose old row
+        # versions hold the deleted texts' sizes: before the WAL position is
+        # recorded, so the WAL that logged those rows is cleared too.
+        relations = [*sorted(partitions), *READ_SIDE_SIZE_TABLES]
         try:
-            for relname in sorted(partitions):
+            for relname in relations:
                 counts.clear()
                 connection.execute(
                     sql.SQL("VACUUM (FULL, VERBOSE) {}").format(
@@ -219,13 +234,13 @@ class KeyCompaction:
                     kept[relname] = max(counts)
         except errors.LockNotAvailable:
             return (
-                f"lock: another session holds a lock on a key partition "
-                f"(waited {lock_timeout_ms} ms)",
+                f"lock: another session holds a lock on a key partition or a "
+                f"read-side table (waited {lock_timeout_ms} ms)",
             )
         finally:
             connection.execute("RESET lock_timeout")
             connection.remove_notice_handler(collect)
-        unverified = sorted(set(partitions) - set(kept))
+        unverified = sorted(set(relations) - set(kept))
         if unverified:
             return (f"rewrite not verified: no report from VACUUM for {unverified}",)
         dead = {relname: count for relname, count in kept.items() if count}
@@ -410,22 +425,6 @@ class KeyCompaction:
             ).format(self._state),
             {"name": application_name, "holds": list(holds)},
         )
-
-    def _ensure_state_table(self) -> None:
-        if self._state_ready:
-            return
-        with self._pool.connection() as connection:
-            connection.execute(
-                sql.SQL(
-                    "CREATE TABLE IF NOT EXISTS {} ("
-                    " application_name text PRIMARY KEY,"
-                    " rewritten_id bigint NOT NULL,"  # last destroyed_id rewritten
-                    " wal_segment text,"  # WAL up to here may hold destroyed keys
-                    " holds text[] NOT NULL DEFAULT '{{}}',"  # why still pending
-                    " checked_at timestamptz)"
-                ).format(self._state)
-            )
-        self._state_ready = True
 
 
 # Horizon ----------------------------------------------------------------------

@@ -6,7 +6,11 @@ ledger's schema, beside its `turnledger_migrations` rows.
 Key store: 1. the wrapped keys (on PostgreSQL hash-partitioned by
 conversation, so compaction rewrites only the partitions a deletion
 touched), the turns whose keys were destroyed, and the purge's tracking;
-2. the store's ids of itself (its master key's, its deletion record's).
+2. the store's ids of itself (its master key's, its deletion record's);
+3. (PostgreSQL only) the compaction's state: how far it rewrote, which WAL
+   may still hold destroyed keys and why it is pending (infra/compaction.py).
+   Releases before it created that table at the first compaction, so the
+   step finds it there on a store they compacted.
 Device store: 1. the devices. Merkle tree: 1. nodes, leaves and tracking.
 """
 
@@ -22,6 +26,7 @@ KEYS, DEVICES, MERKLE = "keys", "devices", "merkle"
 # The key table's partitions (docs/deletion.md).
 KEY_PARTITIONS = 32
 DEVICE_TABLE = "devices"
+KEY_COMPACTION_TABLE = "key_compaction"
 
 # Key store ------------------------------------------------------------------------
 
@@ -134,9 +139,23 @@ def _postgres_key_meta(cursor: Any, names: StoreNames) -> None:
     )
 
 
+def _postgres_key_compaction(cursor: Any, names: StoreNames) -> None:
+    cursor.execute(
+        sql.SQL(
+            "CREATE TABLE IF NOT EXISTS {} ("
+            " application_name text PRIMARY KEY,"
+            " rewritten_id bigint NOT NULL,"  # last destroyed_id rewritten
+            " wal_segment text,"  # WAL up to here may hold destroyed keys
+            " holds text[] NOT NULL DEFAULT '{{}}',"  # why still pending
+            " checked_at timestamptz)"
+        ).format(names.table(KEY_COMPACTION_TABLE))
+    )
+
+
 POSTGRES_KEY_STEPS = (
     Step(1, "wrapped turn keys, destroyed keys, purge tracking", _postgres_keys),
     Step(2, "the store's ids of itself", _postgres_key_meta),
+    Step(3, "the compaction's state", _postgres_key_compaction),
 )
 
 # Device store ------------------------------------------------------------------

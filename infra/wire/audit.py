@@ -8,6 +8,18 @@ from uuid import UUID
 from pydantic import BaseModel, Field
 
 
+class DeletionRecordHeadOut(BaseModel):
+    format: str = Field(description='"turnledger-deletion-record-head/v1"')
+    record_id: str = Field(description="the deletion record's id")
+    entries: int = Field(description="how many destroyed keys the record held")
+    head: str = Field(description="hex of the record's chained head after them")
+    signature: str = Field(
+        description="base64 of the Ed25519 signature, by the checkpoint's key, "
+        "over the record head bound to this checkpoint's signed tree head "
+        "(docs/transparency.md)"
+    )
+
+
 class CheckpointOut(BaseModel):
     format: str = Field(description='"turnledger-checkpoint/v1"')
     origin: str
@@ -17,6 +29,12 @@ class CheckpointOut(BaseModel):
     public_key: str = Field(description="base64 of the 32-byte Ed25519 public key")
     key_id: str
     signature: str = Field(description="base64 of the 64-byte Ed25519 signature")
+    deletion_record: DeletionRecordHeadOut | None = Field(
+        default=None,
+        description="the deletion record's head signed with this checkpoint; "
+        "null for a checkpoint taken without a record (memory store) or "
+        "signed before records were",
+    )
 
 
 class ProvedEventOut(BaseModel):

@@ -277,3 +277,50 @@ def test_inclusion_proof_verifies_in_the_browser_and_tampering_fails(
     verified = page.locator('#proof-result[data-result="verified"]')
     verified.wait_for()
     assert "(pinned)" in (verified.text_content() or "")
+
+
+def test_the_checkpoint_and_its_deletion_record_verify_in_the_browser(
+    device: Device, api: Api
+) -> None:
+    """The checkpoint's signatures, the deletion record head's included, are
+    checked by the page; a record head altered on its way fails, for the
+    checkpoint shown and for a proof's checkpoint."""
+    conversation = api.start()
+    receipt = api.put(conversation, "t9", "prove me", "I am in the log")
+    api.wait_for_proof(conversation, receipt["version"])
+    open_inspector(device, conversation)
+    page = device.page
+    page.click("#refresh-checkpoint")
+    page.locator('#checkpoint-check[data-result="verified"]').wait_for()
+    assert "deletion record head" in (page.text_content("#checkpoint-check") or "")
+    assert (
+        page.get_attribute(
+            "#checkpoint-info li[data-record-entries]", "data-record-entries"
+        )
+        != ""
+    )
+
+    def bump(document: dict[str, Any]) -> dict[str, Any]:
+        record = document["deletion_record"]
+        return {
+            **document,
+            "deletion_record": {**record, "entries": record["entries"] + 1},
+        }
+
+    page.route(
+        "**/v1/audit/checkpoint",
+        lambda route: route.fulfill(json=bump(route.fetch().json())),
+    )
+    page.click("#refresh-checkpoint")
+    page.locator('#checkpoint-check[data-result="failed"]').wait_for()
+
+    def tampered_proof(route: Any) -> None:
+        proof = route.fetch().json()
+        route.fulfill(json={**proof, "checkpoint": bump(proof["checkpoint"])})
+
+    page.route("**/events/*/proof", tampered_proof)
+    page.select_option("#proof-turn", str(receipt["version"]))
+    page.click("#verify-proof")
+    result = page.locator('#proof-result[data-result="failed"]')
+    result.wait_for()
+    assert "signature does not verify" in (result.text_content() or "")

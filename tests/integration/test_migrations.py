@@ -146,6 +146,13 @@ def _schema(settings: Settings) -> list[Any]:
     ]
 
 
+def _newest_keys(settings: Settings) -> int:
+    """The key store's newest version (PostgreSQL's has the compaction state)."""
+    if settings.persistence == "sqlite":
+        return len(SQLITE_KEY_STEPS)
+    return len(POSTGRES_KEY_STEPS)
+
+
 def _versions(settings: Settings, component: str = "ledger") -> list[int]:
     query = f"SELECT version FROM {{}} WHERE component = '{component}' ORDER BY version"
     if settings.persistence == "sqlite" and component == "keys":
@@ -237,6 +244,64 @@ def test_a_store_at_any_older_version_upgrades_to_the_newest(
     assert _schema(store_settings) == newest_schema
 
 
+# What the releases before the key store's step 3 ran at a compaction.
+_OLD_COMPACTION_TABLE = (
+    "CREATE TABLE IF NOT EXISTS {} ("
+    " application_name text PRIMARY KEY,"
+    " rewritten_id bigint NOT NULL,"
+    " wal_segment text,"
+    " holds text[] NOT NULL DEFAULT '{{}}',"
+    " checked_at timestamptz)"
+)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("compacted", [True, False], ids=["compacted", "never"])
+def test_a_key_store_from_before_the_compaction_step_upgrades(
+    postgres_settings: Settings, compacted: bool
+) -> None:
+    """A store at key version 2 has the compaction's table if that release
+    ever compacted (it made the table then), with its rows; without one if not.
+    Either way it reaches version 3, rows kept, shaped as a fresh store."""
+    ledger = open_conversations(postgres_settings)
+    try:
+        _write_some(ledger)
+    finally:
+        ledger.close()
+    newest_schema = _schema(postgres_settings)
+    schema = postgres_settings.postgres_schema
+    table = sql.Identifier(schema, "key_compaction")
+    _execute(
+        postgres_settings,
+        [
+            sql.SQL("DROP TABLE {}").format(table),
+            sql.SQL("DELETE FROM {} WHERE component = 'keys' AND version > 2").format(
+                sql.Identifier(schema, MIGRATIONS_TABLE)
+            ),
+        ],
+    )
+    if compacted:
+        _execute(
+            postgres_settings,
+            [
+                sql.SQL(_OLD_COMPACTION_TABLE).format(table),
+                sql.SQL(
+                    "INSERT INTO {} VALUES ('conversations', 7, "
+                    "'000000010000000000000003', '{{\"a held lock\"}}', now())"
+                ).format(table),
+            ],
+        )
+    assert _versions(postgres_settings, "keys") == [1, 2]
+    open_conversations(postgres_settings).close()
+    assert _versions(postgres_settings, "keys") == [1, 2, 3]
+    assert _schema(postgres_settings) == newest_schema
+    rows = _execute(
+        postgres_settings,
+        [sql.SQL("SELECT application_name, rewritten_id, holds FROM {}").format(table)],
+    )
+    assert rows == ([("conversations", 7, ["a held lock"])] if compacted else [])
+
+
 @pytest.mark.parametrize("component", ["ledger", "keys"])
 def test_a_store_newer_than_the_code_is_refused_and_left_unchanged(
     store_settings: Settings, component: str
@@ -246,7 +311,7 @@ def test_a_store_newer_than_the_code_is_refused_and_left_unchanged(
         _write_some(ledger)
     finally:
         ledger.close()
-    newest = NEWEST if component == "ledger" else len(SQLITE_KEY_STEPS)
+    newest = NEWEST if component == "ledger" else _newest_keys(store_settings)
     future = (
         f"INSERT INTO {{}} (component, version, description, applied_at) "
         f"VALUES ('{component}', {newest + 1}, 'from a later release', "
@@ -354,9 +419,6 @@ from turnledger.infra.persistence import eventsourcing_env, key_store, master_ke
 from turnledger.infra.postgres import ensure_schema
 from turnledger.infra.service_layer.application import Conversations
 from turnledger.infra.settings import Settings
-from turnledger.infra.vault import new_master_key
-
-from tests.integration.test_upgrade_from_0_1 import old_store  # noqa: F401
 from turnledger.infra.vault import KeyVault
 
 settings = Settings()
@@ -369,9 +431,33 @@ Conversations(eventsourcing_env(settings), vault=vault).close()
 """
 
 
+@pytest.fixture
+def start_at_once() -> Callable[[Settings], None]:
+    """Run a start-up's schema work in four processes at once on one store;
+    every one must succeed."""
+
+    def start(settings: Settings) -> None:
+        children = [
+            subprocess.Popen(
+                [sys.executable, "-c", _START_ONE],
+                env=child_env(settings),
+                cwd=ROOT,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(4)
+        ]
+        outcomes = [child.communicate(timeout=120) for child in children]
+        failures = [err.strip().splitlines()[-1:] for _, err in outcomes if err.strip()]
+        assert [child.returncode for child in children] == [0] * 4, failures
+
+    return start
+
+
 @pytest.mark.postgres
 def test_processes_starting_at_once_on_one_schema_migrate_once(
-    postgres_settings: Settings,
+    postgres_settings: Settings, start_at_once: Callable[[Settings], None]
 ) -> None:
     # Not even the schema exists: the processes race to create it too.
     _execute(
@@ -382,20 +468,7 @@ def test_processes_starting_at_once_on_one_schema_migrate_once(
             )
         ],
     )
-    children = [
-        subprocess.Popen(
-            [sys.executable, "-c", _START_ONE],
-            env=child_env(postgres_settings),
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(4)
-    ]
-    outcomes = [child.communicate(timeout=120) for child in children]
-    failures = [err.strip().splitlines()[-1:] for _, err in outcomes if err.strip()]
-    assert [child.returncode for child in children] == [0] * 4, failures
+    start_at_once(postgres_settings)
     table = sql.Identifier(postgres_settings.postgres_schema, MIGRATIONS_TABLE)
     rows = _execute(
         postgres_settings,
@@ -413,7 +486,7 @@ def test_processes_starting_at_once_on_one_schema_migrate_once(
 
 
 def test_processes_starting_at_once_on_one_sqlite_store_migrate_once(
-    tmp_path: Path,
+    tmp_path: Path, start_at_once: Callable[[Settings], None]
 ) -> None:
     settings = Settings(
         _env_file=None,
@@ -421,20 +494,7 @@ def test_processes_starting_at_once_on_one_sqlite_store_migrate_once(
         data_dir=tmp_path / "data",
         master_key=new_master_key(),
     )
-    children = [
-        subprocess.Popen(
-            [sys.executable, "-c", _START_ONE],
-            env=child_env(settings),
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(4)
-    ]
-    outcomes = [child.communicate(timeout=120) for child in children]
-    failures = [err.strip().splitlines()[-1:] for _, err in outcomes if err.strip()]
-    assert [child.returncode for child in children] == [0] * 4, failures
+    start_at_once(settings)
     # Each step once (the table's key is component and version).
     for path, component, newest in (
         (settings.sqlite_events_path, "ledger", NEWEST),
@@ -456,7 +516,7 @@ def test_a_store_written_by_0_1_reaches_the_newest_schema(
     settings, _ = old_store
     open_conversations(settings).close()
     assert _versions(settings) == list(range(1, NEWEST + 1))
-    assert _versions(settings, "keys") == list(range(1, len(SQLITE_KEY_STEPS) + 1))
+    assert _versions(settings, "keys") == list(range(1, _newest_keys(settings) + 1))
     if settings.persistence == "sqlite":
         fresh = Settings(
             _env_file=None, persistence="sqlite", data_dir=tmp_path / "fresh"

@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import {
   ConversationNotFoundError,
+  verifyCheckpoint,
   verifyInclusionProof,
 } from "../../../infra/http/web/js/src/index.js";
 import { client, once, tokens } from "./env.mjs";
@@ -53,6 +54,43 @@ test("every tampered part of a proof fails", async () => {
   const otherKey = Buffer.alloc(32, 7).toString("base64");
   const wrongKey = await verifyInclusionProof(proof, otherKey);
   assert.equal(wrongKey.ok, false);
+});
+
+test("the checkpoint's deletion record head is served and verified with it", async () => {
+  await provableTurn();
+  const checkpoint = await once().getCheckpoint();
+  const record = checkpoint.deletion_record;
+  assert.ok(record, "a SQLite or PostgreSQL service signs its deletion record's head");
+  assert.equal(record.format, "turnledger-deletion-record-head/v1");
+  const check = await verifyCheckpoint(checkpoint);
+  assert.deepEqual([check.ok, check.coversDeletionRecord], [true, true]);
+  assert.equal((await verifyCheckpoint(checkpoint, checkpoint.public_key)).keyPinned, true);
+  const flip = (hex) => (hex[0] === "0" ? "1" : "0") + hex.slice(1);
+  const otherSignature = Buffer.from(Buffer.from(record.signature, "base64").map((b, i) => (i === 0 ? b ^ 1 : b))).toString("base64");
+  const tampered = [
+    { ...record, entries: record.entries + 1 },
+    { ...record, entries: record.entries === 0 ? 2 : record.entries - 1 },
+    { ...record, head: flip(record.head) },
+    { ...record, record_id: flip(record.record_id) },
+    { ...record, format: "turnledger-deletion-record-head/v0" },
+    { ...record, signature: otherSignature },
+  ];
+  for (const bad of tampered) {
+    const altered = { ...checkpoint, deletion_record: bad };
+    assert.equal((await verifyCheckpoint(altered)).ok, false, JSON.stringify(bad));
+  }
+  // The proof's checkpoint carries the same block, and a tampered one fails the proof.
+  const { proof } = await provableTurn();
+  assert.ok(proof.checkpoint.deletion_record);
+  const bad = {
+    ...proof,
+    checkpoint: {
+      ...proof.checkpoint,
+      deletion_record: { ...proof.checkpoint.deletion_record, head: flip(proof.checkpoint.deletion_record.head) },
+    },
+  };
+  const failed = await verifyInclusionProof(bad);
+  assert.deepEqual([failed.ok, failed.signatureValid], [false, false]);
 });
 
 test("another user's conversation has no proof for this device", async () => {

@@ -6,7 +6,7 @@
 
 import type { WindowOut, WindowPolicy } from "../src/client.js";
 import { ProofUnavailableError, ReceiptNotFoundError, ServiceError } from "../src/errors.js";
-import { verifyInclusionProof } from "../src/proof.js";
+import { verifyCheckpoint, verifyInclusionProof } from "../src/proof.js";
 import type { LocalTurn } from "../src/sync.js";
 import { byId, el, replaceChildren } from "./dom.js";
 import type { Session } from "./session.js";
@@ -270,11 +270,28 @@ export async function showCheckpoint(session: Session): Promise<void> {
   try {
     const checkpoint = await session.client.getCheckpoint();
     const ageSeconds = Math.max(0, Math.round((Date.now() - Date.parse(checkpoint.timestamp)) / 1000));
+    // The whole checkpoint is checked here, the deletion record's head with it.
+    const check = await verifyCheckpoint(checkpoint, input("pinned-key").value || null);
+    const record = checkpoint.deletion_record;
     replaceChildren(
       target,
       el("li", { "data-tree-size": String(checkpoint.tree_size) }, `Size: ${checkpoint.tree_size} events`),
       el("li", { "data-age-seconds": String(ageSeconds) }, `Age: ${ageSeconds} s (signed ${checkpoint.timestamp})`),
       el("li", {}, `Key id: ${checkpoint.key_id}`),
+      el(
+        "li",
+        { "data-record-entries": record ? String(record.entries) : "" },
+        record
+          ? `Deletion record: ${record.entries} destroyed key(s), head ${record.head.slice(0, 16)}…`
+          : "Deletion record: none signed with this checkpoint",
+      ),
+      el(
+        "li",
+        { id: "checkpoint-check", "data-result": check.ok ? "verified" : "failed" },
+        check.ok
+          ? `Signature verified in this browser${check.coversDeletionRecord ? " (tree head and deletion record head)" : ""}${check.keyPinned ? ", by the pinned key" : ", by the key written in it"}.`
+          : `Checkpoint verification FAILED: ${check.reason}.`,
+      ),
     );
   } catch (error) {
     replaceChildren(target, el("li", {}, error instanceof ProofUnavailableError ? `No checkpoint: ${error.message}` : String(error)));

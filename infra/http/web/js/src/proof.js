@@ -2,7 +2,8 @@
 // (SHA-256 and Ed25519), by the formats of docs/transparency.md: rebuild the
 // leaf from the event's fields, walk the audit path to the root (RFC 9162
 // 2.1.3.2), compare with the checkpoint's root, verify the checkpoint's
-// signature. Nothing here trusts the server's own verification.
+// signatures (the tree head's and the deletion record head's signed with it).
+// Nothing here trusts the server's own verification.
 const encoder = new TextEncoder();
 export function hexToBytes(hex) {
     if (!/^(?:[0-9a-f]{2})*$/.test(hex))
@@ -74,10 +75,12 @@ export async function rootFromPath(leaf, index, size, path) {
     }
     return sn === 0 ? r : null;
 }
+const CHECKPOINT_FORMAT = "turnledger-checkpoint/v1";
+const RECORD_HEAD_FORMAT = "turnledger-deletion-record-head/v1";
 /** The exact bytes a checkpoint's signature covers. */
 export function signedMessage(checkpoint) {
     const lines = [
-        "turnledger-checkpoint/v1",
+        CHECKPOINT_FORMAT,
         checkpoint.origin,
         String(checkpoint.tree_size),
         checkpoint.root_hash,
@@ -85,14 +88,67 @@ export function signedMessage(checkpoint) {
     ];
     return encoder.encode(lines.map((line) => `${line}\n`).join(""));
 }
-export async function checkpointSignatureValid(checkpoint, publicKey) {
+/** The exact bytes the deletion record head's signature covers: its format
+ * line, the checkpoint's own signed bytes (so the head is bound to this tree
+ * head), then the record id, the entry count and the head. */
+export function recordHeadMessage(checkpoint) {
+    const record = checkpoint.deletion_record;
+    if (record === null || record === undefined)
+        return null;
+    const lines = [record.record_id, String(record.entries), record.head];
+    return concat(encoder.encode(`${RECORD_HEAD_FORMAT}\n`), signedMessage(checkpoint), encoder.encode(lines.map((line) => `${line}\n`).join("")));
+}
+async function ed25519Valid(publicKey, signature, message) {
     try {
         const key = await globalThis.crypto.subtle.importKey("raw", publicKey, { name: "Ed25519" }, false, ["verify"]);
-        return await globalThis.crypto.subtle.verify({ name: "Ed25519" }, key, base64ToBytes(checkpoint.signature), signedMessage(checkpoint));
+        return await globalThis.crypto.subtle.verify({ name: "Ed25519" }, key, base64ToBytes(signature), message);
     }
     catch {
         return false;
     }
+}
+/** The whole checkpoint's signatures hold under `publicKey`: the tree head's,
+ * and the deletion record head's when the checkpoint carries one (its
+ * format, id, entry count, head or signature altered: false). The formats are
+ * not under a signature, so they are compared here. */
+export async function checkpointSignatureValid(checkpoint, publicKey) {
+    if (checkpoint.format !== CHECKPOINT_FORMAT)
+        return false;
+    if (!(await ed25519Valid(publicKey, checkpoint.signature, signedMessage(checkpoint)))) {
+        return false;
+    }
+    const record = checkpoint.deletion_record;
+    if (record === null || record === undefined)
+        return true;
+    if (record.format !== RECORD_HEAD_FORMAT ||
+        !Number.isSafeInteger(record.entries) ||
+        record.entries < 0 ||
+        !/^[0-9a-f]{64}$/.test(record.head)) {
+        return false;
+    }
+    const message = recordHeadMessage(checkpoint);
+    return message !== null && (await ed25519Valid(publicKey, record.signature, message));
+}
+/** Checks a checkpoint on its own (GET /v1/audit/checkpoint): the tree head's
+ * signature and the deletion record head's, with `pinnedKey` (base64 of the
+ * 32-byte public key) when given, else with the key written in it. */
+export async function verifyCheckpoint(checkpoint, pinnedKey = null) {
+    const { key, keyPinned } = chooseKey(checkpoint, pinnedKey);
+    const signatureValid = key !== null && (await checkpointSignatureValid(checkpoint, key));
+    const ok = signatureValid && keyPinned !== false;
+    const reason = !signatureValid
+        ? "the checkpoint's signature does not verify"
+        : keyPinned === false
+            ? "the checkpoint is signed by another key than the pinned one"
+            : "verified";
+    const coversDeletionRecord = checkpoint.deletion_record !== null && checkpoint.deletion_record !== undefined;
+    return { ok, signatureValid, keyPinned, coversDeletionRecord, reason };
+}
+function chooseKey(checkpoint, pinnedKey) {
+    const embedded = safeBase64(checkpoint.public_key);
+    const pinned = pinnedKey === null || pinnedKey.trim() === "" ? null : safeBase64(pinnedKey.trim());
+    const keyPinned = pinned === null ? null : embedded !== null && bytesToHex(pinned) === bytesToHex(embedded);
+    return { key: pinned ?? embedded, keyPinned };
 }
 /** Checks `proof`; with `pinnedKey` (base64 of the 32-byte public key) the
  * checkpoint must be signed by that key, else by the key written in it. */
@@ -114,10 +170,7 @@ export async function verifyInclusionProof(proof, pinnedKey = null) {
     catch (error) {
         reason = `malformed proof: ${String(error)}`;
     }
-    const embedded = safeBase64(checkpoint.public_key);
-    const pinned = pinnedKey === null || pinnedKey.trim() === "" ? null : safeBase64(pinnedKey.trim());
-    const keyPinned = pinned === null ? null : embedded !== null && bytesToHex(pinned) === bytesToHex(embedded);
-    const key = pinned ?? embedded;
+    const { key, keyPinned } = chooseKey(checkpoint, pinnedKey);
     const signatureValid = key !== null && (await checkpointSignatureValid(checkpoint, key));
     const ok = leafMatches && rootMatches && signatureValid && keyPinned !== false;
     if (!reason) {
