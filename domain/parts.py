@@ -499,10 +499,18 @@ class TurnParts:
     answer: str = ""
     attachments: tuple[Attachment, ...] = ()
     steps: tuple[AssistantStep, ...] = ()
+    metadata: str | None = None
+    """JSON text of an object: the application's own data about the turn
+    (e.g. the ids of its messages in a library's history). Sealed, counted
+    in the turn's byte limit and deleted with the turn; never sent in a
+    window, and not part of `part_documents` (HTTP, sync and export)."""
 
     def __post_init__(self) -> None:
         check_text("question", self.question)
         check_text("answer", self.answer, allow_empty=True)
+        if self.metadata is not None:
+            check_text("metadata", self.metadata)
+            _checked_object("metadata", self.metadata)
         object.__setattr__(
             self, "attachments", _as_tuple("attachments", self.attachments)
         )
@@ -562,6 +570,9 @@ class TurnParts:
 
     def inline_bytes(self) -> int:
         return sum(len(a.data) for a in self.attachments if a.data is not None)
+
+    def metadata_bytes(self) -> int:
+        return 0 if self.metadata is None else len(self.metadata.encode("utf-8"))
 
     def texts(self) -> tuple[str, ...]:
         """Every text of the turn (for size limits): question, steps, answer."""
@@ -634,9 +645,18 @@ def as_parts_error(error: InvalidInputError, attachments: int) -> InvalidInputEr
     return InvalidInputError(f"parts[{index}]{step.group(2)}", error.reason)
 
 
+# The last document of a sealed parts text, when the turn has metadata: never
+# a part, so decoding takes it off before anything reads the parts.
+_METADATA_KIND = "metadata"
+
+
 def encode_parts(turn: TurnParts) -> str:
-    """The attachments and steps of `turn` as the JSON text that is sealed."""
-    return json.dumps(turn.part_documents(), ensure_ascii=False, separators=(",", ":"))
+    """The attachments and steps of `turn` as the JSON text that is sealed,
+    and its metadata last."""
+    documents = turn.part_documents()
+    if turn.metadata is not None:
+        documents.append({"kind": _METADATA_KIND, "data": turn.metadata})
+    return json.dumps(documents, ensure_ascii=False, separators=(",", ":"))
 
 
 def decode_parts(*, question: str, answer: str, parts_text: str | None) -> TurnParts:
@@ -647,15 +667,24 @@ def decode_parts(*, question: str, answer: str, parts_text: str | None) -> TurnP
     without checking them again: a window reads many turns, and the checks
     (JSON parsing of every argument, patterns) would cost more than the rest.
     """
-    attachments, steps = (
-        ((), ()) if parts_text is None else decode_part_documents(parts_text)
-    )
+    documents = [] if parts_text is None else load_json(parts_text)
+    metadata = _metadata_of(documents)
+    attachments, steps = _split_documents(documents)
     turn = _new(TurnParts)
     _set(turn, "question", question)
     _set(turn, "answer", answer)
     _set(turn, "attachments", tuple(map(attachment_of, attachments)))
     _set(turn, "steps", steps_of(steps))
+    _set(turn, "metadata", metadata)
     return turn
+
+
+def _metadata_of(documents: list[dict[str, Any]]) -> str | None:
+    """The metadata of a parts list, taken off its end (encode_parts)."""
+    if documents and documents[-1]["kind"] == _METADATA_KIND:
+        data: str = documents.pop()["data"]
+        return data
+    return None
 
 
 PartDocuments: TypeAlias = tuple[tuple[dict[str, Any], ...], tuple[dict[str, Any], ...]]
@@ -679,6 +708,7 @@ def decode_many_part_documents(parts_texts: Sequence[str]) -> list[PartDocuments
 
 
 def _split_documents(documents: list[dict[str, Any]]) -> PartDocuments:
+    _metadata_of(documents)  # not a part: a window never sees it
     at = 0  # attachments come first (encode_parts)
     while at < len(documents) and documents[at]["kind"] == "attachment":
         at += 1

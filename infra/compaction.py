@@ -13,10 +13,12 @@ module removes all three and *verifies* it before reporting complete:
    snapshot, VACUUM's own included, treats them as running), prepared
    transactions, standbys' feedback and replication slots.
 2. **Rewrite.** `VACUUM (FULL, VERBOSE)` of the partitions the purge deleted
-   from, under a `lock_timeout`: a session holding a lock on a partition makes
-   compaction give up and stay pending rather than queue every key read and
-   write behind it. The server's own report ("N dead row versions cannot be
-   removed yet") is the verification: anything but 0 leaves it pending.
+   from, and of the read side's turn and fold tables (their old row versions
+   hold the sizes the deletion erased), under a `lock_timeout`: a session
+   holding a lock on one makes compaction give up and stay pending rather
+   than queue every key read and write behind it. The server's own report
+   ("N dead row versions cannot be removed yet") is the verification:
+   anything but 0 leaves it pending.
 3. **WAL.** With `wal_recycle = off`, segments the server no longer needs are
    unlinked, not renamed with their contents. The purge records the highest
    segment present after the rewrite; every segment up to that one may hold
@@ -50,6 +52,7 @@ from psycopg_pool import ConnectionPool
 
 from turnledger.infra import wal, wal_members
 from turnledger.infra.migrations.stores import KEY_COMPACTION_TABLE
+from turnledger.infra.pool_queries import fetch_one
 
 logger = logging.getLogger("turnledger.purge")
 
@@ -62,6 +65,10 @@ DEFAULT_CHECKPOINT_WAIT_SECONDS = 0.2
 DEFAULT_LOCK_TIMEOUT_MS = 200
 
 _LEADING_COUNT = re.compile(r"^\s*(\d+)")
+
+# The read side's tables whose rows held sizes a deletion erased: the row
+# versions from before the erasure stay in their files until rewritten.
+READ_SIDE_SIZE_TABLES = ("conversation_turns", "conversation_folds")
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,14 +99,14 @@ class KeyCompaction:
         lock_timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS,
         checkpoint_wait_seconds: float = DEFAULT_CHECKPOINT_WAIT_SECONDS,
     ) -> CompactionOutcome:
-        with self._pool.connection() as connection:
-            row = connection.execute(
-                sql.SQL(
-                    "SELECT destroyed_id, destroyed_xid, dirty_partitions FROM {} "
-                    "WHERE application_name = %s"
-                ).format(self._tracking),
-                (application_name,),
-            ).fetchone()
+        row = fetch_one(
+            self._pool.connection,
+            sql.SQL(
+                "SELECT destroyed_id, destroyed_xid, dirty_partitions FROM {} "
+                "WHERE application_name = %s"
+            ).format(self._tracking),
+            (application_name,),
+        )
         if row is None:
             return CompactionOutcome(complete=False, holds=("nothing purged yet",))
         destroyed_id, destroyed_xid, dirty = row
@@ -161,18 +168,18 @@ class KeyCompaction:
 
     def holds(self, application_name: str) -> tuple[str, ...]:
         """Why the last compaction attempt stayed pending (empty if it did not)."""
-        with self._pool.connection() as connection:
-            try:
-                row = connection.execute(
-                    sql.SQL("SELECT holds FROM {} WHERE application_name = %s").format(
-                        self._state
-                    ),
-                    (application_name,),
-                ).fetchone()
-            except errors.UndefinedTable:
-                # A read-only opening (the audit) of a store that this release
-                # has not migrated yet: nothing recorded.
-                return ()
+        try:
+            row = fetch_one(
+                self._pool.connection,
+                sql.SQL("SELECT holds FROM {} WHERE application_name = %s").format(
+                    self._state
+                ),
+                (application_name,),
+            )
+        except errors.UndefinedTable:
+            # A read-only opening (the audit) of a store that this release
+            # has not migrated yet: nothing recorded.
+            return ()
         return () if row is None else tuple(row[0])
 
     # The rewrite ------------------------------------------------------------
@@ -211,8 +218,12 @@ class KeyCompaction:
         connection.execute(
             sql.SQL("SET lock_timeout = {}").format(sql.Literal(f"{lock_timeout_ms}ms"))
         )
+        # The key partitions, then the read side's tables whose old row
+        # versions hold the deleted texts' sizes: before the WAL position is
+        # recorded, so the WAL that logged those rows is cleared too.
+        relations = [*sorted(partitions), *READ_SIDE_SIZE_TABLES]
         try:
-            for relname in sorted(partitions):
+            for relname in relations:
                 counts.clear()
                 connection.execute(
                     sql.SQL("VACUUM (FULL, VERBOSE) {}").format(
@@ -223,13 +234,13 @@ class KeyCompaction:
                     kept[relname] = max(counts)
         except errors.LockNotAvailable:
             return (
-                f"lock: another session holds a lock on a key partition "
-                f"(waited {lock_timeout_ms} ms)",
+                f"lock: another session holds a lock on a key partition or a "
+                f"read-side table (waited {lock_timeout_ms} ms)",
             )
         finally:
             connection.execute("RESET lock_timeout")
             connection.remove_notice_handler(collect)
-        unverified = sorted(set(partitions) - set(kept))
+        unverified = sorted(set(relations) - set(kept))
         if unverified:
             return (f"rewrite not verified: no report from VACUUM for {unverified}",)
         dead = {relname: count for relname, count in kept.items() if count}
@@ -304,10 +315,16 @@ class KeyCompaction:
             )
         config = wal.wal_retention_settings(connection)
         checkpointing = False
+        # With several hosts a standby may hold the segments the primary no
+        # longer has (an old primary rewound): its restartpoint needs a new
+        # checkpoint from the primary to drop them.
         if (
             not config
             and privileges.can_force
-            and wal.segments_up_to(connection, target)
+            and (
+                wal.segments_up_to(connection, target)
+                or wal_members.members(self._conninfo)
+            )
         ):
             wal.move_past(connection, target)
             checkpointing = not self._checkpoint(

@@ -30,6 +30,7 @@ from turnledger.infra.migrations.stores import (
     SQLITE_DEVICE_STEPS,
 )
 from turnledger.infra.pool_check import RECONNECT_TIMEOUT_SECONDS, check_unless_quiet
+from turnledger.infra.pool_queries import execute, fetch_all, fetch_one
 from turnledger.infra.postgres import DEVICE_TABLE, ensure_schema
 from turnledger.infra.settings import Settings
 
@@ -270,39 +271,38 @@ class PostgresDeviceStore:
             raise DatabaseUnavailableError(_first_line(error)) from None
 
     def insert(self, device: Device, token_digest: bytes) -> None:
-        with self._connection() as connection:
-            connection.execute(
-                sql.SQL(
-                    "INSERT INTO {} (" + _COLUMNS + ", token_digest) "
-                    "VALUES (%s, %s, %s, %s, NULL, %s, %s)"
-                ).format(self._table),
-                (
-                    device.device_id,
-                    device.user_id,
-                    device.name,
-                    device.created_at,
-                    device.added_by,
-                    token_digest,
-                ),
-            )
+        execute(
+            self._connection,
+            sql.SQL(
+                "INSERT INTO {} (" + _COLUMNS + ", token_digest) "
+                "VALUES (%s, %s, %s, %s, NULL, %s, %s)"
+            ).format(self._table),
+            (
+                device.device_id,
+                device.user_id,
+                device.name,
+                device.created_at,
+                device.added_by,
+                token_digest,
+            ),
+        )
 
     def find_by_digests(
         self, token_digests: Collection[bytes]
     ) -> dict[bytes, tuple[Device, bytes]]:
-        with self._connection() as connection:
-            rows = connection.execute(
-                self._find_by_digests, (list(token_digests),)
-            ).fetchall()
+        rows = fetch_all(
+            self._connection, self._find_by_digests, (list(token_digests),)
+        )
         return {bytes(row[6]): (_device(row[:6]), bytes(row[6])) for row in rows}
 
     def get(self, device_id: str) -> Device | None:
-        with self._connection() as connection:
-            row = connection.execute(
-                sql.SQL("SELECT " + _COLUMNS + " FROM {} WHERE device_id = %s").format(
-                    self._table
-                ),
-                (device_id,),
-            ).fetchone()
+        row = fetch_one(
+            self._connection,
+            sql.SQL("SELECT " + _COLUMNS + " FROM {} WHERE device_id = %s").format(
+                self._table
+            ),
+            (device_id,),
+        )
         return None if row is None else _device(row)
 
     def list(self, user_id: str | None) -> list[Device]:
@@ -311,11 +311,11 @@ class PostgresDeviceStore:
         if user_id is not None:
             query += " WHERE user_id = %s"
             params = (user_id,)
-        with self._connection() as connection:
-            rows = connection.execute(
-                sql.SQL(query + " ORDER BY created_at, device_id").format(self._table),
-                params,
-            ).fetchall()
+        rows = fetch_all(
+            self._connection,
+            sql.SQL(query + " ORDER BY created_at, device_id").format(self._table),
+            params,
+        )
         return [_device(row) for row in rows]
 
     def mark_revoked(self, device_id: str, at: datetime) -> None:
@@ -334,12 +334,8 @@ class PostgresDeviceStore:
                 )
 
     def revoked_since(self, at: datetime) -> Sequence[Device]:
-        with self._connection() as connection:
-            query = "SELECT " + _COLUMNS + " FROM {} WHERE revoked_at >= %s"
-            rows = connection.execute(
-                sql.SQL(query).format(self._table),
-                (at,),
-            ).fetchall()
+        query = "SELECT " + _COLUMNS + " FROM {} WHERE revoked_at >= %s"
+        rows = fetch_all(self._connection, sql.SQL(query).format(self._table), (at,))
         return [_device(row) for row in rows]
 
     def connection_pools(self) -> list[ConnectionPool[Any]]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from abc import abstractmethod
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from typing import Protocol
 from uuid import UUID
 
@@ -61,6 +61,15 @@ class KeyStore(KeyPurgeView):
         self, conversation_id: UUID, turn_ids: Collection[str]
     ) -> dict[str, bytes]:
         """The wrapped keys of those turns that still have one."""
+
+    def get_across(
+        self, turn_ids: Mapping[UUID, Collection[str]]
+    ) -> dict[UUID, dict[str, bytes]]:
+        """`get_many` for several conversations at once: the wrapped keys of
+        those turns that still have one, by conversation (stores that can
+        answer in one statement override this)."""
+        found = {c: self.get_many(c, ids) for c, ids in turn_ids.items() if ids}
+        return {c: keys for c, keys in found.items() if keys}
 
     @abstractmethod
     def close(self) -> None: ...
@@ -168,6 +177,18 @@ class MemoryKeyStore(KeyStore):
                 for turn_id in turn_ids
                 if (conversation_id, turn_id) in self._keys
             }
+
+    def get_across(
+        self, turn_ids: Mapping[UUID, Collection[str]]
+    ) -> dict[UUID, dict[str, bytes]]:
+        found: dict[UUID, dict[str, bytes]] = {}
+        with self._lock:
+            for conversation_id, ids in turn_ids.items():
+                for turn_id in ids:
+                    wrapped = self._keys.get((conversation_id, turn_id))
+                    if wrapped is not None:
+                        found.setdefault(conversation_id, {})[turn_id] = wrapped
+        return found
 
     def destroy_keys(
         self, conversation_id: UUID, turn_ids: Collection[str], tracking: Tracking

@@ -100,7 +100,11 @@ def key_store(settings: Settings, *, read_only: bool = False) -> KeyStore:
         case "memory":
             return MemoryKeyStore()
         case "sqlite":
-            return SQLiteKeyStore(settings.sqlite_keys_path, read_only=read_only)
+            return SQLiteKeyStore(
+                settings.sqlite_keys_path,
+                read_only=read_only,
+                events_path=settings.sqlite_events_path,
+            )
         case "postgres":
             return PostgresKeyStore(
                 settings.postgres_conninfo(),

@@ -3,7 +3,7 @@ conversation, and what the purge records about destroying them."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 from uuid import UUID
 
@@ -33,6 +33,7 @@ from turnledger.infra.pool_check import (
     RECONNECT_TIMEOUT_SECONDS,
     check_unless_quiet,
 )
+from turnledger.infra.pool_queries import execute, fetch_all, fetch_one
 
 # The key table is hash-partitioned by conversation so that compaction (VACUUM
 # FULL, which locks the table it rewrites) rewrites and locks only the small
@@ -134,15 +135,39 @@ class PostgresKeyStore(KeyStore):
     def get_many(
         self, conversation_id: UUID, turn_ids: Collection[str]
     ) -> dict[str, bytes]:
+        rows = fetch_all(
+            self._pool.connection,
+            sql.SQL(
+                "SELECT turn_id, wrapped_key FROM {} "
+                "WHERE conversation_id = %s AND turn_id = ANY(%s)"
+            ).format(self._table),
+            (conversation_id, list(turn_ids)),
+        )
+        return {turn_id: bytes(blob) for turn_id, blob in rows}
+
+    def get_across(
+        self, turn_ids: Mapping[UUID, Collection[str]]
+    ) -> dict[UUID, dict[str, bytes]]:
+        pairs = [(c, t) for c, ids in turn_ids.items() for t in ids]
+        if not pairs:
+            return {}
         with self._pool.connection() as connection:
+            # The conversation list lets the executor skip the partitions of
+            # other conversations; the pairs pick the turns.
             rows = connection.execute(
                 sql.SQL(
-                    "SELECT turn_id, wrapped_key FROM {} "
-                    "WHERE conversation_id = %s AND turn_id = ANY(%s)"
+                    "SELECT conversation_id, turn_id, wrapped_key FROM {} "
+                    "WHERE conversation_id = ANY(%s::uuid[]) "
+                    "AND (conversation_id, turn_id) IN "
+                    "(SELECT * FROM unnest(%s::uuid[], %s::text[]))"
                 ).format(self._table),
-                (conversation_id, list(turn_ids)),
+                (list(turn_ids), [c for c, _ in pairs], [t for _, t in pairs]),
+                prepare=True,
             ).fetchall()
-        return {turn_id: bytes(blob) for turn_id, blob in rows}
+        found: dict[UUID, dict[str, bytes]] = {}
+        for conversation_id, turn_id, blob in rows:
+            found.setdefault(conversation_id, {})[turn_id] = bytes(blob)
+        return found
 
     def destroy_keys(
         self, conversation_id: UUID, turn_ids: Collection[str], tracking: Tracking
@@ -187,16 +212,16 @@ class PostgresKeyStore(KeyStore):
         return sum(int(count) for _, count in rows)
 
     def insert_tracking(self, tracking: Tracking) -> None:
-        with self._pool.connection() as connection:
-            connection.execute(
-                sql.SQL(
-                    "INSERT INTO {} AS t (application_name, followed_id, destroyed_id,"
-                    " compacted_id) VALUES (%s, %s, 0, 0) "
-                    "ON CONFLICT (application_name) DO UPDATE SET "
-                    "followed_id = GREATEST(t.followed_id, EXCLUDED.followed_id)"
-                ).format(self._tracking),
-                (tracking.application_name, tracking.notification_id),
-            )
+        execute(
+            self._pool.connection,
+            sql.SQL(
+                "INSERT INTO {} AS t (application_name, followed_id, destroyed_id,"
+                " compacted_id) VALUES (%s, %s, 0, 0) "
+                "ON CONFLICT (application_name) DO UPDATE SET "
+                "followed_id = GREATEST(t.followed_id, EXCLUDED.followed_id)"
+            ).format(self._tracking),
+            (tracking.application_name, tracking.notification_id),
+        )
 
     def compact(self, application_name: str) -> bool:
         """Rewrite destroyed keys out of the partitions and the WAL, verified.
@@ -223,14 +248,14 @@ class PostgresKeyStore(KeyStore):
         return self._key_compaction
 
     def _tracking_row(self, application_name: str) -> tuple[int, int, int] | None:
-        with self._pool.connection() as connection:
-            row = connection.execute(
-                sql.SQL(
-                    "SELECT followed_id, destroyed_id, compacted_id FROM {} "
-                    "WHERE application_name = %s"
-                ).format(self._tracking),
-                (application_name,),
-            ).fetchone()
+        row = fetch_one(
+            self._pool.connection,
+            sql.SQL(
+                "SELECT followed_id, destroyed_id, compacted_id FROM {} "
+                "WHERE application_name = %s"
+            ).format(self._tracking),
+            (application_name,),
+        )
         return None if row is None else (int(row[0]), int(row[1]), int(row[2]))
 
     def connection_pools(self) -> list[ConnectionPool[Any]]:
@@ -254,8 +279,7 @@ class PostgresKeyStore(KeyStore):
         return None if row is None else str(row[0])
 
     def write_meta(self, name: str, value: str) -> None:
-        with self._pool.connection() as connection:
-            connection.execute(_UPSERT_META.format(self._meta), (name, value))
+        execute(self._pool.connection, _UPSERT_META.format(self._meta), (name, value))
 
     def claim_meta(self, name: str, value: str) -> str:
         with self._pool.connection() as connection:
@@ -270,21 +294,21 @@ class PostgresKeyStore(KeyStore):
         return str(row[0])
 
     def destroyed_key_ids(self) -> set[tuple[str, str]]:
-        with self._pool.connection() as connection:
-            rows = connection.execute(
-                sql.SQL(
-                    "SELECT replace(conversation_id::text, '-', ''), turn_id FROM {}"
-                ).format(self._destroyed)
-            ).fetchall()
+        rows = fetch_all(
+            self._pool.connection,
+            sql.SQL(
+                "SELECT replace(conversation_id::text, '-', ''), turn_id FROM {}"
+            ).format(self._destroyed),
+        )
         return set(rows)
 
     def any_wrapped_key(self) -> tuple[UUID, str, bytes] | None:
-        with self._pool.connection() as connection:
-            row = connection.execute(
-                sql.SQL(
-                    "SELECT conversation_id, turn_id, wrapped_key FROM {} LIMIT 1"
-                ).format(self._table)
-            ).fetchone()
+        row = fetch_one(
+            self._pool.connection,
+            sql.SQL(
+                "SELECT conversation_id, turn_id, wrapped_key FROM {} LIMIT 1"
+            ).format(self._table),
+        )
         return None if row is None else (row[0], row[1], bytes(row[2]))
 
     def rewrap_all(

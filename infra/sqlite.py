@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
+from contextlib import closing
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -61,6 +62,11 @@ ON CONFLICT (application_name) DO UPDATE SET
 """
 
 
+# How long compaction waits for readers of the event log's file to move to
+# its newest snapshot before it stays pending (writers queue meanwhile).
+EVENTS_CHECKPOINT_TIMEOUT_SECONDS = 0.2
+
+
 class SQLiteKeyStore(KeyStore):
     """Keys in their own SQLite file.
 
@@ -70,11 +76,23 @@ class SQLiteKeyStore(KeyStore):
     copies of pages (and so of keys) in frames that are reused, not erased.
     The purge's tracking row lives in this same file, so destroying keys and
     recording the position commit in one transaction.
+
+    Compaction also checkpoints and truncates the event log's WAL
+    (`events_path`): its frames keep the read side's pages as they were
+    before a deletion erased the turn's sizes from its row.
     """
 
-    def __init__(self, path: Path | str, *, read_only: bool = False) -> None:
+    def __init__(
+        self,
+        path: Path | str,
+        *,
+        read_only: bool = False,
+        events_path: Path | str | None = None,
+    ) -> None:
         """`read_only`: for audits, which must change nothing: the file is
-        opened read-only and no table is created."""
+        opened read-only and no table is created. `events_path`: the event
+        log's file, whose WAL compaction truncates too."""
+        self._events_path = None if events_path is None else Path(events_path)
         target = f"file:{Path(path).resolve()}?mode=ro" if read_only else str(path)
         self._connection = sqlite3.connect(
             target,
@@ -168,7 +186,7 @@ class SQLiteKeyStore(KeyStore):
             )
 
     def compact(self, application_name: str) -> bool:
-        """Checkpoint and truncate the WAL; deleted cells are already zeroed."""
+        """Checkpoint and truncate both WALs; deleted cells are already zeroed."""
         with self._lock:
             row = self._connection.execute(
                 "SELECT destroyed_id FROM key_purge_tracking "
@@ -176,6 +194,8 @@ class SQLiteKeyStore(KeyStore):
                 (application_name,),
             ).fetchone()
             if row is None or not self._checkpoint():
+                return False
+            if not self._checkpoint_events():
                 return False
             self._connection.execute(
                 "UPDATE key_purge_tracking SET compacted_id = max(compacted_id, ?) "
@@ -264,6 +284,30 @@ class SQLiteKeyStore(KeyStore):
         row = self._connection.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
         return row[0] == 0  # (busy, frames in the WAL, frames checkpointed)
 
+    def _checkpoint_events(self) -> bool:
+        """Copy the event log's WAL into its file and truncate it to 0 bytes.
+
+        The read side's rows live in the event log's file: the deletion that
+        erased a turn's sizes (and a withdrawn fold's) wrote new pages, with
+        the old cells zeroed (`secure_delete`), but the WAL still holds the
+        frames of those pages from before. A reader on an older snapshot
+        makes the checkpoint stop short: then compaction stays pending.
+        """
+        if self._events_path is None or not self._events_path.exists():
+            return True
+        with closing(
+            sqlite3.connect(
+                self._events_path,
+                isolation_level=None,
+                timeout=EVENTS_CHECKPOINT_TIMEOUT_SECONDS,
+            )
+        ) as connection:
+            try:
+                row = connection.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            except sqlite3.OperationalError:  # locked: retried later
+                return False
+        return bool(row[0] == 0)
+
     def _tracking_row(self, application_name: str) -> tuple[int, int, int] | None:
         with self._lock:
             row = self._connection.execute(
@@ -339,6 +383,11 @@ class SQLiteReadSideRecorder(SQLiteRecorderWithRows):
 
     def _write_rows(self, c: SQLiteCursor, changes: RowChanges) -> None:
         key, time = _hex, _iso
+        if changes.deletions or changes.withdrawals:
+            # Erased sizes are zeroed in the page, not left in its free space
+            # (the SQLite build's default may be off); compaction then
+            # truncates the WAL's older frames of the page.
+            c.execute("PRAGMA secure_delete = ON")
         if changes.new_turns:
             c.executemany(
                 f"INSERT INTO conversation_turns ({TURN_COLUMNS}) "
@@ -388,6 +437,7 @@ class SQLiteReadSideRecorder(SQLiteRecorderWithRows):
         """Replace every row with those of `view` (a rebuild), in one transaction."""
         conversations, turns, folds = view.rows()
         with self.datastore.transaction(commit=True) as c:
+            c.execute("PRAGMA secure_delete = ON")
             for table in _READ_SIDE_TABLES:
                 c.execute(f"DELETE FROM {table}")  # noqa: S608 - fixed names
             self._write_rows(

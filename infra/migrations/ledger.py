@@ -3,7 +3,9 @@
 1. the conversation heads (with their owner index), turn rows and fold rows;
 2. each turn row's parts sizes (added with turn parts: NULL, a text-only
    turn, in rows written before);
-3. the per-user feed index (infra/owner_feed.py), built from the log.
+3. the per-user feed index (infra/owner_feed.py), built from the log;
+4. no statistics of the size columns (PostgreSQL): ANALYZE would copy sample
+   sizes, deleted turns' included, into pg_statistic, which no purge rewrites.
 """
 
 from __future__ import annotations
@@ -97,10 +99,16 @@ def _sqlite_owner_feed(cursor: Any, names: StoreNames) -> None:
         cursor.execute(sqlite_build_owner_feed(names.events_table))
 
 
+def _sqlite_no_size_statistics(cursor: Any, names: StoreNames) -> None:
+    # SQLite's ANALYZE samples indexed columns only, and no index holds a size.
+    del cursor, names
+
+
 SQLITE_STEPS = (
     Step(1, "read side: conversation heads, turn rows, fold rows", _sqlite_read_side),
     Step(2, "turn rows: parts sizes", _sqlite_parts_sizes),
     Step(3, "per-user feed index, built from the log", _sqlite_owner_feed),
+    Step(4, "no statistics of the size columns", _sqlite_no_size_statistics),
 )
 
 # PostgreSQL --------------------------------------------------------------------
@@ -176,8 +184,37 @@ def _postgres_owner_feed(cursor: Any, names: StoreNames) -> None:
         cursor.execute(statement)
 
 
+# The columns that hold sizes of texts: a deletion erases them from the row.
+SIZE_COLUMNS = {
+    "conversation_turns": {
+        "question_json_bytes": "integer",
+        "answer_json_bytes": "integer",
+        "question_chars": "integer",
+        "answer_chars": "integer",
+        "parts_sizes": "text",
+    },
+    "conversation_folds": {"summary_json_bytes": "integer", "summary_chars": "integer"},
+}
+
+
+def _postgres_no_size_statistics(cursor: Any, names: StoreNames) -> None:
+    # STATISTICS 0: ANALYZE samples nothing of them from now on. Setting the
+    # type a column already has rewrites nothing but drops the statistics
+    # ANALYZE kept of it before.
+    for table, columns in SIZE_COLUMNS.items():
+        changes = sql.SQL(", ").join(
+            sql.SQL(
+                "ALTER COLUMN {column} SET STATISTICS 0, "
+                "ALTER COLUMN {column} TYPE {type}"
+            ).format(column=sql.Identifier(column), type=sql.SQL(kind))
+            for column, kind in columns.items()
+        )
+        cursor.execute(sql.SQL("ALTER TABLE {} {}").format(names.table(table), changes))
+
+
 POSTGRES_STEPS = (
     Step(1, "read side: conversation heads, turn rows, fold rows", _postgres_read_side),
     Step(2, "turn rows: parts sizes", _postgres_parts_sizes),
     Step(3, "per-user feed index, built from the log", _postgres_owner_feed),
+    Step(4, "no statistics of the size columns", _postgres_no_size_statistics),
 )

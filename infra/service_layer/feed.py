@@ -24,11 +24,12 @@ from eventsourcing.utils import get_topic
 
 from turnledger.domain.conversation import Conversation, TurnStatus
 from turnledger.domain.errors import InvalidInputError
-from turnledger.domain.parts import TurnParts
+from turnledger.domain.parts import TurnParts, decode_parts
 from turnledger.infra.service_layer.application import Conversations
+from turnledger.infra.vault import KeyVault
 from turnledger.projections.dropped import KEY_DAMAGED
 from turnledger.projections.results import MAX_CHANGES_PER_READ
-from turnledger.projections.turn_texts import open_turns
+from turnledger.projections.turn_texts import sealed_fields
 
 # Index rows read per query: a read of `limit` changes takes ceil(limit/100)
 # queries, each of at most this many events.
@@ -36,6 +37,8 @@ _FEED_PAGE = 100
 # A read stops adding changes once their stored events (sealed text included)
 # pass this many bytes, so a batch of large turns cannot exhaust memory.
 _MAX_STORED_BYTES_PER_READ = 8 * 1_048_576
+# The sealed fields of a turn event the feed serves (its system text is not).
+_TURN_TEXT_FIELDS = frozenset({"question", "answer", "parts"})
 
 
 class OwnerLog(Protocol):
@@ -280,7 +283,8 @@ class ConversationFeed:
 
         The order matters: deletion records its event before destroying keys,
         so checking the current state *after* decrypting catches a deletion
-        that lands between the two steps.
+        that lands between the two steps. Each step is one statement for
+        every conversation of the read (keys, then turn rows).
         """
         by_conversation: dict[UUID, list[Any]] = {}
         for recorded in events:
@@ -290,31 +294,70 @@ class ConversationFeed:
                 by_conversation.setdefault(_as_uuid(recorded.originator_id), []).append(
                     recorded
                 )
-        texts: dict[tuple[UUID, str], TurnParts] = {}
-        for conversation_id, recorded_turns in by_conversation.items():
-            found: set[str] = set()
-            opened = open_turns(
-                self._ledger.vault,
-                conversation_id,
+        if not by_conversation:
+            return {}
+        texts = self._open_owned(
+            {
                 # Texts sealed before owners were bound: only for the owner
                 # of the Started event, whatever the owner index says.
-                self._ledger.queries.owned_events(
+                conversation_id: self._ledger.queries.owned_events(
                     conversation_id, owner_id, recorded_turns
-                ),
-                owner_id=owner_id,
-                damaged=found,
-            )
-            damaged.update((conversation_id, turn_id) for turn_id in found)
-            for turn_id, turn in opened.items():
-                texts[(conversation_id, turn_id)] = turn
-        for conversation_id, recorded_turns in by_conversation.items():
-            rows = self._ledger.read_side.turns_by_id(
-                conversation_id, {recorded.turn_id for recorded in recorded_turns}
-            )
-            for turn_id, row in rows.items():
+                )
+                for conversation_id, recorded_turns in by_conversation.items()
+            },
+            owner_id,
+            damaged,
+        )
+        _, rows = self._ledger.read_side.heads_and_turns(
+            {
+                conversation_id: {recorded.turn_id for recorded in recorded_turns}
+                for conversation_id, recorded_turns in by_conversation.items()
+            }
+        )
+        for conversation_id, turn_rows in rows.items():
+            for turn_id, row in turn_rows.items():
                 if row.deleted:
                     texts.pop((conversation_id, turn_id), None)
                     damaged.discard((conversation_id, turn_id))
+        return texts
+
+    def _open_owned(
+        self,
+        turns: dict[UUID, list[Any]],
+        owner_id: str,
+        damaged: set[tuple[UUID, str]],
+    ) -> dict[tuple[UUID, str], TurnParts]:
+        """The turns whose texts open for `owner_id` (a turn whose key is gone
+        or damaged is left out), with one key read for all conversations."""
+        vault = self._ledger.vault
+        assert isinstance(vault, KeyVault)  # the only TextVault of the service
+        items = {
+            conversation_id: [
+                (recorded.turn_id, field, sealed)
+                for recorded in recorded_turns
+                for field, sealed in sealed_fields(recorded)
+                if field in _TURN_TEXT_FIELDS
+            ]
+            for conversation_id, recorded_turns in turns.items()
+        }
+        opened = vault.open_across(items, owner_id=owner_id, damaged=damaged)
+        texts: dict[tuple[UUID, str], TurnParts] = {}
+        for conversation_id, found in items.items():
+            fields: dict[str, dict[str, str | None]] = {}
+            for (turn_id, field, _), text in zip(
+                found, opened[conversation_id], strict=True
+            ):
+                fields.setdefault(turn_id, {})[field] = text
+            for turn_id, texts_of in fields.items():
+                question, answer = texts_of.get("question"), texts_of.get("answer")
+                parts = texts_of.get("parts")
+                if question is None or answer is None:
+                    continue
+                if "parts" in texts_of and parts is None:
+                    continue
+                texts[(conversation_id, turn_id)] = decode_parts(
+                    question=question, answer=answer, parts_text=parts
+                )
         return texts
 
 

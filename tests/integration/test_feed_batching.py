@@ -1,0 +1,101 @@
+"""A sync read spanning many conversations opens their keys in one read and
+checks their turn rows in one round trip, and still withholds deleted turns,
+marks damaged keys and refuses texts sealed for another owner."""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+import pytest
+
+from tests.integration.test_damaged_key import damage_key
+from turnledger.infra.service_layer.application import Conversations
+from turnledger.infra.service_layer.feed import ConversationFeed, TurnRecordedChange
+from turnledger.infra.settings import Settings
+
+OWNER = "alice"
+
+
+def _conversations(ledger: Conversations, count: int) -> list[UUID]:
+    made = []
+    for number in range(count):
+        conversation_id = ledger.start_conversation(OWNER)
+        for turn in ("t1", "t2"):
+            ledger.confirm_turn(
+                OWNER,
+                conversation_id,
+                turn_id=turn,
+                question=f"question {number} {turn}",
+                answer=f"answer {number} {turn}",
+            )
+        made.append(conversation_id)
+    return made
+
+
+def _turns(ledger: Conversations) -> dict[tuple[UUID, str], TurnRecordedChange]:
+    batch = ConversationFeed(ledger).changes_since(OWNER, 0, limit=100)
+    assert batch.caught_up
+    return {
+        (change.conversation_id, change.turn_id): change
+        for change in batch.changes
+        if isinstance(change, TurnRecordedChange)
+    }
+
+
+def test_one_key_read_serves_every_conversation_of_a_read(
+    ledger: Conversations, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plain, damaged, deleted = _conversations(ledger, 3)
+    ledger.delete_history(OWNER, deleted, turn_ids=["t2"])
+    damage_key(ledger, settings, damaged, "t1")
+    store: Any = ledger.vault.purge_view
+    calls: list[str] = []
+    get_across, get_many = store.get_across, store.get_many
+
+    def counting_across(*args: Any, **kwargs: Any) -> Any:
+        calls.append("get_across")
+        return get_across(*args, **kwargs)
+
+    def counting_many(*args: Any, **kwargs: Any) -> Any:
+        calls.append("get_many")
+        return get_many(*args, **kwargs)
+
+    monkeypatch.setattr(store, "get_across", counting_across)
+    monkeypatch.setattr(store, "get_many", counting_many)
+
+    turns = _turns(ledger)
+
+    # One read of the vault's keys; SQLite's store (a local file) answers it
+    # conversation by conversation, the others in one statement.
+    assert calls.count("get_across") == 1
+    if settings.persistence != "sqlite":
+        assert calls == ["get_across"]
+    assert turns[(plain, "t1")].question == "question 0 t1"
+    assert turns[(plain, "t2")].answer == "answer 0 t2"
+    assert turns[(damaged, "t1")].unreadable == "key-damaged"
+    assert turns[(damaged, "t1")].question is None
+    assert not turns[(damaged, "t1")].deleted
+    assert turns[(damaged, "t2")].question == "question 1 t2"
+    assert turns[(deleted, "t1")].question == "question 2 t1"
+    assert turns[(deleted, "t2")].deleted and turns[(deleted, "t2")].question is None
+    assert turns[(deleted, "t2")].unreadable is None
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("settings", ["postgres"], indirect=True)
+def test_a_read_across_conversations_sends_one_key_statement_on_postgres(
+    ledger: Conversations, statements: list[str]
+) -> None:
+    conversations = _conversations(ledger, 4)
+    statements.clear()
+
+    turns = _turns(ledger)
+
+    assert len(turns) == 8
+    assert all(change.question for change in turns.values())
+    key_reads = [s for s in statements if "turn_keys" in s]
+    turn_reads = [s for s in statements if "conversation_turns" in s]
+    assert len(key_reads) == 1, key_reads
+    assert len(turn_reads) == 1, turn_reads
+    assert {c for c, _ in turns} == set(conversations)
