@@ -61,7 +61,6 @@ from turnledger.projections.policy import WindowPolicy
 from turnledger.projections.tokens import TokenCounter
 from turnledger.projections.turn_shapes import openai_responses_turn
 
-
 _T = TypeVar("_T")
 
 
