@@ -16,9 +16,9 @@ module removes all three and *verifies* it before reporting complete:
    from, and of the same partitions of the read side's turn and fold tables
    (their old row versions hold the sizes the deletion erased), under a
    `lock_timeout`: a session holding a lock on one makes compaction give up
-   and stay pending rather than queue every key read and write behind it. The server's own report
-   ("N dead row versions cannot be removed yet") is the verification:
-   anything but 0 leaves it pending.
+   and stay pending rather than queue every key read and write behind it.
+   The server's own report ("N dead row versions cannot be removed yet") is
+   the verification: anything but 0 leaves it pending.
 3. **WAL.** With `wal_recycle = off`, segments the server no longer needs are
    unlinked, not renamed with their contents. The purge records the highest
    segment present after the rewrite; every segment up to that one may hold
