@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 from turnledger.domain.errors import InvalidInputError
+from turnledger.domain.json_text import load_json
 from turnledger.domain.text import check_text
 
 __all__ = [
@@ -498,10 +499,18 @@ class TurnParts:
     answer: str = ""
     attachments: tuple[Attachment, ...] = ()
     steps: tuple[AssistantStep, ...] = ()
+    metadata: str | None = None
+    """JSON text of an object: the application's own data about the turn
+    (e.g. the ids of its messages in a library's history). Sealed, counted
+    in the turn's byte limit and deleted with the turn; never sent in a
+    window, and not part of `part_documents` (HTTP, sync and export)."""
 
     def __post_init__(self) -> None:
         check_text("question", self.question)
         check_text("answer", self.answer, allow_empty=True)
+        if self.metadata is not None:
+            check_text("metadata", self.metadata)
+            _checked_object("metadata", self.metadata)
         object.__setattr__(
             self, "attachments", _as_tuple("attachments", self.attachments)
         )
@@ -561,6 +570,9 @@ class TurnParts:
 
     def inline_bytes(self) -> int:
         return sum(len(a.data) for a in self.attachments if a.data is not None)
+
+    def metadata_bytes(self) -> int:
+        return 0 if self.metadata is None else len(self.metadata.encode("utf-8"))
 
     def texts(self) -> tuple[str, ...]:
         """Every text of the turn (for size limits): question, steps, answer."""
@@ -633,9 +645,18 @@ def as_parts_error(error: InvalidInputError, attachments: int) -> InvalidInputEr
     return InvalidInputError(f"parts[{index}]{step.group(2)}", error.reason)
 
 
+# The last document of a sealed parts text, when the turn has metadata: never
+# a part, so decoding takes it off before anything reads the parts.
+_METADATA_KIND = "metadata"
+
+
 def encode_parts(turn: TurnParts) -> str:
-    """The attachments and steps of `turn` as the JSON text that is sealed."""
-    return json.dumps(turn.part_documents(), ensure_ascii=False, separators=(",", ":"))
+    """The attachments and steps of `turn` as the JSON text that is sealed,
+    and its metadata last."""
+    documents = turn.part_documents()
+    if turn.metadata is not None:
+        documents.append({"kind": _METADATA_KIND, "data": turn.metadata})
+    return json.dumps(documents, ensure_ascii=False, separators=(",", ":"))
 
 
 def decode_parts(*, question: str, answer: str, parts_text: str | None) -> TurnParts:
@@ -646,15 +667,24 @@ def decode_parts(*, question: str, answer: str, parts_text: str | None) -> TurnP
     without checking them again: a window reads many turns, and the checks
     (JSON parsing of every argument, patterns) would cost more than the rest.
     """
-    attachments, steps = (
-        ((), ()) if parts_text is None else decode_part_documents(parts_text)
-    )
+    documents = [] if parts_text is None else load_json(parts_text)
+    metadata = _metadata_of(documents)
+    attachments, steps = _split_documents(documents)
     turn = _new(TurnParts)
-    _set_question(turn, question)
-    _set_answer(turn, answer)
-    _set_attachments(turn, tuple(map(attachment_of, attachments)))
-    _set_steps(turn, steps_of(steps))
+    _set(turn, "question", question)
+    _set(turn, "answer", answer)
+    _set(turn, "attachments", tuple(map(attachment_of, attachments)))
+    _set(turn, "steps", steps_of(steps))
+    _set(turn, "metadata", metadata)
     return turn
+
+
+def _metadata_of(documents: list[dict[str, Any]]) -> str | None:
+    """The metadata of a parts list, taken off its end (encode_parts)."""
+    if documents and documents[-1]["kind"] == _METADATA_KIND:
+        data: str = documents.pop()["data"]
+        return data
+    return None
 
 
 PartDocuments: TypeAlias = tuple[tuple[dict[str, Any], ...], tuple[dict[str, Any], ...]]
@@ -678,6 +708,7 @@ def decode_many_part_documents(parts_texts: Sequence[str]) -> list[PartDocuments
 
 
 def _split_documents(documents: list[dict[str, Any]]) -> PartDocuments:
+    _metadata_of(documents)  # not a part: a window never sees it
     at = 0  # attachments come first (encode_parts)
     while at < len(documents) and documents[at]["kind"] == "attachment":
         at += 1
@@ -689,12 +720,15 @@ def attachment_of(document: Mapping[str, Any]) -> Attachment:
     unchecked like decode_parts (a field left out, such as a missing uri, is
     None)."""
     attachment = _new(Attachment)
-    for name, set_field in _attachment_setters:
-        set_field(attachment, document.get(name))
+    for name in _ATTACHMENT_FIELDS:
+        _set(attachment, name, document.get(name))
     data = document.get("data")
     if data is not None:
-        _set_data(attachment, base64.b64decode(data))
+        _set(attachment, "data", base64.b64decode(data))
     return attachment
+
+
+_ATTACHMENT_FIELDS: tuple[str, ...] = Attachment.__slots__
 
 
 def steps_of(documents: Sequence[Mapping[str, Any]]) -> tuple[AssistantStep, ...]:
@@ -708,96 +742,48 @@ def steps_of(documents: Sequence[Mapping[str, Any]]) -> tuple[AssistantStep, ...
     return tuple(steps)
 
 
-# The scanner json.loads runs (its default decoder's, made the same way):
-# scan_json(text, 0) is (the value at the start of text, where it ends), or
-# StopIteration when no value starts there.
-scan_json: Callable[[str, int], tuple[Any, int]]
-scan_json = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
-
-
-def load_json(text: str) -> Any:
-    """`json.loads(text)` for JSON text with nothing around its value.
-
-    Its scanner is called directly: json.loads first looks for whitespace
-    around the value with a regular expression, which costs as much as
-    parsing a short text. Text with anything around the value goes to
-    json.loads (so it is parsed, or refused, exactly as there).
-    """
-    try:
-        value, end = scan_json(text, 0)
-    except StopIteration:
-        end = -1
-    if end != len(text):
-        return json.loads(text)
-    return value
-
-
+# Building a part from values checked when its turn was recorded: what the
+# frozen dataclass's generated __init__ does (object.__new__, then
+# object.__setattr__ for each field, as the dataclasses documentation says of
+# frozen classes), without __post_init__'s checks. These are parts, never
+# events: events are not changed after they are made.
 _new = object.__new__
-
-
-def _slot_setters(cls: type, *names: str) -> tuple[Any, ...]:
-    """Each named slot's own setter: it sets a frozen instance's field
-    directly (object.__setattr__ would look the slot up by name each time)."""
-    assert set(names) == set(cls.__slots__)  # type: ignore[attr-defined]
-    return tuple(getattr(cls, name).__set__ for name in names)
-
-
-_set_question, _set_answer, _set_attachments, _set_steps = _slot_setters(
-    TurnParts, "question", "answer", "attachments", "steps"
-)
-_set_call_id, _set_name, _set_arguments = _slot_setters(
-    ToolCall, "call_id", "name", "arguments"
-)
-_set_result_id, _set_content, _set_is_error = _slot_setters(
-    ToolResult, "call_id", "content", "is_error"
-)
-(_set_text,) = _slot_setters(AssistantText, "text")
-(_set_refusal,) = _slot_setters(Refusal, "text")
-_set_provider, _set_model, _set_payload = _slot_setters(
-    Reasoning, "provider", "model", "payload"
-)
-
-
-_ATTACHMENT_SLOTS: tuple[str, ...] = Attachment.__slots__
-_attachment_setters = tuple(
-    zip(_ATTACHMENT_SLOTS, _slot_setters(Attachment, *_ATTACHMENT_SLOTS), strict=True)
-)
-_set_data = _attachment_setters[_ATTACHMENT_SLOTS.index("data")][1]
+_set = object.__setattr__
 
 
 def _tool_call(document: Mapping[str, Any]) -> ToolCall:
     step = _new(ToolCall)
-    _set_call_id(step, document.get("call_id"))
-    _set_name(step, document.get("name"))
-    _set_arguments(step, document.get("arguments"))
+    _set(step, "call_id", document.get("call_id"))
+    _set(step, "name", document.get("name"))
+    _set(step, "arguments", document.get("arguments"))
     return step
 
 
 def _tool_result(document: Mapping[str, Any]) -> ToolResult:
     step = _new(ToolResult)
-    _set_result_id(step, document.get("call_id"))
-    _set_content(step, document.get("content"))
-    _set_is_error(step, document.get("is_error"))
+    _set(step, "call_id", document.get("call_id"))
+    _set(step, "content", document.get("content"))
+    _set(step, "is_error", document.get("is_error"))
     return step
 
 
 def _assistant_text(document: Mapping[str, Any]) -> AssistantText:
     step = _new(AssistantText)
-    _set_text(step, document.get("text"))
+    _set(step, "text", document.get("text"))
     return step
 
 
 def _refusal(document: Mapping[str, Any]) -> Refusal:
     step = _new(Refusal)
-    _set_refusal(step, document.get("text"))
+    _set(step, "text", document.get("text"))
     return step
 
 
 def _reasoning(document: Mapping[str, Any]) -> Reasoning:
     step = _new(Reasoning)
-    _set_provider(step, document.get("provider"))
-    _set_model(step, document.get("model"))
-    _set_payload(step, document.get("payload"))
+    _set(step, "provider", document.get("provider"))
+    _set(step, "model", document.get("model"))
+    _set(step, "payload", document.get("payload"))
     return step
 
 

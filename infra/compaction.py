@@ -315,10 +315,16 @@ class KeyCompaction:
             )
         config = wal.wal_retention_settings(connection)
         checkpointing = False
+        # With several hosts a standby may hold the segments the primary no
+        # longer has (an old primary rewound): its restartpoint needs a new
+        # checkpoint from the primary to drop them.
         if (
             not config
             and privileges.can_force
-            and wal.segments_up_to(connection, target)
+            and (
+                wal.segments_up_to(connection, target)
+                or wal_members.members(self._conninfo)
+            )
         ):
             wal.move_past(connection, target)
             checkpointing = not self._checkpoint(

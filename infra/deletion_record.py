@@ -61,6 +61,11 @@ class RecordState:
     ids: dict[KeyRef, int] = field(default_factory=dict)
     # The highest log position a recorded deletion was at.
     max_position: int = 0
+    # Where the last line read starts (the header's, 0, when no entry): what
+    # `_caught_up` checks is still there before it trusts what it read.
+    last_line: int = 0
+    # The file read: (device, inode), so that a file renamed over it is seen.
+    identity: tuple[int, int] = (0, 0)
 
     def entries_naming(self, keys: Iterable[KeyRef]) -> int:
         """How many entries (deletions) name at least one of `keys`."""
@@ -122,6 +127,8 @@ class DeletionRecord:
         with self._lock, open(self.path, "rb") as handle:
             fcntl.flock(handle, fcntl.LOCK_SH)
             self._state = _read(handle.read(), self.path)
+            stat = os.fstat(handle.fileno())
+            self._state.identity = (stat.st_dev, stat.st_ino)
             return self._state
 
     def current_head(self) -> RecordHead:
@@ -193,18 +200,84 @@ class DeletionRecord:
             except BaseException:
                 self._state = None  # read again from the file next time
                 raise
+            state.last_line = state.size + len(data) - len(lines[-1])
             state.size += len(data)
 
     def _caught_up(self, handle: BinaryIO) -> RecordState:
-        """The state including lines other processes appended since."""
-        size = os.fstat(handle.fileno()).st_size
-        if self._state is None or self._state.size > size:
+        """The state including lines other processes appended since.
+
+        Only the appended lines are read, after checking that what this
+        process read before is still there: the same file, at least as long,
+        its last line known still ending the chain it read. A record
+        replaced, truncated or rewritten underneath a running process is then
+        read again whole, and refused unless it still extends what this
+        process knew (DeletionRecordLostError): an append never chains onto a
+        head the file no longer has. (Reading the whole file on every append
+        would cost a start-up's check per deletion; a rewrite that keeps the
+        last line byte for byte breaks the chain before it, which the next
+        full read (an opening, `audit --checkpoint`) refuses.)"""
+        stat = os.fstat(handle.fileno())
+        known = self._state
+        if known is not None and not _still_there(handle, known, stat):
+            handle.seek(0)
+            fresh = _read(handle.read(), self.path)
+            fresh.identity = (stat.st_dev, stat.st_ino)
+            # Refused again on every later use by this process: what it knew
+            # is kept, and the file still does not extend it.
+            _check_extends(self.path, known, fresh, handle)
+            self._state = fresh
+            return fresh
+        if known is None:
             handle.seek(0)
             self._state = _read(handle.read(), self.path)
-        elif self._state.size < size:
-            handle.seek(self._state.size)
-            _read_entries(handle.read(), self._state, self.path)
+            self._state.identity = (stat.st_dev, stat.st_ino)
+        elif known.size < stat.st_size:
+            handle.seek(known.size)
+            _read_entries(handle.read(), known, self.path)
         return self._state
+
+
+def _still_there(handle: BinaryIO, state: RecordState, stat: os.stat_result) -> bool:
+    """Whether the file is the one `state` was read from, up to its last line."""
+    if (stat.st_dev, stat.st_ino) != state.identity or stat.st_size < state.size:
+        return False
+    handle.seek(state.last_line)
+    line = handle.read(state.size - state.last_line)
+    if state.last_line == 0:  # no entry yet: the head is the header's hash
+        return hashlib.sha256(line[:-1]).digest() == state.head
+    return line[:64] == state.head.hex().encode()
+
+
+def _check_extends(
+    path: Path, known: RecordState, fresh: RecordState, handle: BinaryIO
+) -> None:
+    """Refuse a record read again whole that does not extend `known`."""
+    handle.seek(0)
+    prefix = _prefix_state(handle.read(), path, known.entries)
+    if (
+        prefix is None
+        or fresh.record_id != known.record_id
+        or prefix.head != known.head
+    ):
+        raise DeletionRecordLostError(
+            f"the deletion record {path} was replaced or rewritten while this "
+            f"process used it (it had {known.entries} entries, head "
+            f"{known.head.hex()[:16]}): put the newest copy back, or run "
+            "`turnledger restore-check --rebuild-record` (docs/deletion.md)"
+        )
+
+
+def _prefix_state(data: bytes, path: Path, entries: int) -> RecordState | None:
+    """The state after the header and the first `entries` entries of `data`
+    (None: it holds fewer)."""
+    at = data.find(b"\n") + 1
+    for _ in range(entries):
+        end = data.find(b"\n", at)
+        if end < 0:
+            return None
+        at = end + 1
+    state = _read(data[:at], path)
+    return state if state.entries == entries else None
 
 
 def _entry(
@@ -262,7 +335,10 @@ def _read_entries(data: bytes, state: RecordState, path: Path) -> None:
     complete = data[: data.rfind(b"\n") + 1]
     sha256, loads, ids, head = hashlib.sha256, orjson.loads, state.ids, state.head
     number, max_position = state.entries, state.max_position
-    for line in complete.splitlines():
+    lines = complete.splitlines()
+    if lines:
+        state.last_line = state.size + len(complete) - len(lines[-1]) - 1
+    for line in lines:
         number += 1
         digest_hex, _, body = line.partition(b" ")
         digest = sha256(head + body).digest()

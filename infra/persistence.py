@@ -176,7 +176,7 @@ def _open_for_writing(settings: Settings) -> Conversations:
                 deletion_record(settings.deletion_record_directory, keys),
                 apply=True,
             )
-            if report.deletions_behind:
+            if report.restored:
                 _log.warning("turnledger: %s", report.describe())
             ledger.restore_report = report
         # Complete any deletion whose purge was interrupted (crash, lost key

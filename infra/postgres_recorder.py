@@ -24,7 +24,6 @@ from turnledger.domain.errors import (
     InvalidInputError,
 )
 from turnledger.domain.ports import NewKey
-from turnledger.infra.key_session import QUIET_KEY_SESSION
 from turnledger.infra.library_compat import PostgresRecorderWithRows
 from turnledger.infra.migrations import ledger as ledger_steps
 from turnledger.infra.migrations.runner import (
@@ -37,6 +36,7 @@ from turnledger.infra.owner_feed import (
     postgres_select_owner_events,
 )
 from turnledger.infra.postgres_keys import KEY_COLUMNS, KEY_TABLE
+from turnledger.infra.postgres_quiet import QuietKeyStatements
 from turnledger.infra.postgres_read_queries import PostgresReadQueries
 from turnledger.infra.postgres_row_writes import PostgresRowWrites
 from turnledger.infra.postgres_sql import (
@@ -62,7 +62,7 @@ from turnledger.projections.ledger_rows import (
 
 
 class PostgresReadSideRecorder(
-    PostgresReadQueries, PostgresRowWrites, PostgresRecorderWithRows
+    PostgresReadQueries, PostgresRowWrites, QuietKeyStatements, PostgresRecorderWithRows
 ):
     """The library's PostgreSQL recorder, writing the read side and the new
     turns' keys in the events' own transaction."""
@@ -79,7 +79,6 @@ class PostgresReadSideRecorder(
         # the library's NOTIFY and subscriptions all read this attribute).
         self.channel_name = schema_channel(datastore.schema, self.events_table_name)
         self._schema = sql.Identifier(datastore.schema)
-        self._quiet: list[tuple[str, str]] | None = None
         # A batch's keys, turns, heads and events in one statement (see
         # insert_events); a rebuild's many rows go table by table.
         inserts = self._batch_inserts(BATCH_PARAMETERS)
@@ -229,46 +228,6 @@ class PostgresReadSideRecorder(
         row = curs.execute(self._count_credentials, (list(credentials),)).fetchone()
         if row is None or row["valid"] < len(credentials):
             raise CredentialRevokedError(tuple(credentials))
-
-    def _quiet_key_statements(self, *, session: bool = False) -> list[bytes]:
-        """One statement that keeps key bytes out of the server log, for the
-        settings this role may change (checked once): for the transaction, or
-        with `session` for the connection's whole session."""
-        if self._quiet is None:
-            allowed = []
-            with self.datastore.get_connection() as conn:
-                for name, value in QUIET_KEY_SESSION.items():
-                    row = conn.execute(
-                        "SELECT has_parameter_privilege(%s, 'SET') AS allowed",
-                        (name,),
-                    ).fetchone()
-                    if row is not None and row["allowed"]:
-                        allowed.append((name, value))
-            self._quiet = allowed
-        if not self._quiet:
-            return []
-        local = sql.Literal(not session)
-        return [
-            (
-                sql.SQL("SELECT ")
-                + sql.SQL(", ").join(
-                    sql.SQL("set_config({}, {}, {})").format(
-                        sql.Literal(name), sql.Literal(value), local
-                    )
-                    for name, value in self._quiet
-                )
-            ).as_bytes(None)
-        ]
-
-    def _quiet_session(self, conn: psycopg.Connection[Any]) -> None:
-        """Make `conn` log no parameter values, once per connection: the write
-        function's call carries the wrapped keys as parameters, and statement
-        logging would write them out before the function could say otherwise."""
-        if conn in self._quiet_connections:
-            return
-        for statement in self._quiet_key_statements(session=True):
-            conn.execute(statement)
-        self._quiet_connections.add(conn)
 
     @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
     def insert_events(

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
+from dataclasses import replace
 from typing import Any, Protocol
+from uuid import UUID
 
 from turnledger.domain.chain import ChainFormatError, read_link
+from turnledger.domain.conversation import fold_key_id
 from turnledger.infra.service_layer.application import Conversations
 from turnledger.projections.ledger_rows import ConversationRow, FoldRow, TurnRow
 from turnledger.projections.log_replay import replay_events
 from turnledger.projections.read_side import LedgerView
+from turnledger.projections.turn_texts import open_noting_damaged
 
 _PAGE = 1000
 
@@ -31,8 +35,17 @@ def live_rows(ledger: Conversations) -> Rows:
     return recorder.read_side_rows()
 
 
-def compare_read_sides(live: Rows, replayed: Rows) -> list[str]:
-    """What differs between two read sides, one line per row (empty: equal)."""
+def compare_read_sides(
+    live: Rows, replayed: Rows, damaged: Collection[tuple[UUID, str]] = ()
+) -> list[str]:
+    """What differs between two read sides, one line per row (empty: equal).
+
+    `damaged`: (conversation id, key id) of texts whose key is damaged. The
+    log cannot give their sizes (only their text could), so the live rows'
+    sizes are not compared for them; the audit reports the key.
+    """
+    live = _without_sizes(live, set(damaged))
+    replayed = _without_sizes(replayed, set(damaged))
     differences = []
     for name, key, mine, theirs in (
         ("conversation", lambda r: r.conversation_id, live[0], replayed[0]),
@@ -50,18 +63,53 @@ def compare_read_sides(live: Rows, replayed: Rows) -> list[str]:
     return differences
 
 
+def _without_sizes(rows: Rows, damaged: set[tuple[UUID, str]]) -> Rows:
+    if not damaged:
+        return rows
+    conversations, turns, folds = rows
+    return (
+        conversations,
+        [
+            replace(row, sizes=None)
+            if (row.conversation_id, row.turn_id) in damaged
+            else row
+            for row in turns
+        ],
+        [
+            replace(row, summary_json_bytes=None, summary_chars=None)
+            if (row.conversation_id, fold_key_id(row.fold_id)) in damaged
+            else row
+            for row in folds
+        ],
+    )
+
+
 def replay_log(
-    ledger: Conversations, *, progress: Callable[[int], None] | None = None
+    ledger: Conversations,
+    *,
+    progress: Callable[[int], None] | None = None,
+    damaged: set[tuple[UUID, str]] | None = None,
 ) -> LedgerView:
-    """The read side as the log alone defines it (nothing is written)."""
-    return replay_events(_pages(ledger, progress), ledger.vault.open_many)
+    """The read side as the log alone defines it (nothing is written).
+
+    A text whose key is damaged is replayed as if its key were gone (its
+    turn or fold without sizes), and (conversation id, key id) is added to
+    `damaged`: one altered key row does not stop the replay.
+    """
+    noted = set() if damaged is None else damaged
+    return replay_events(
+        _pages(ledger, progress), open_noting_damaged(ledger.vault, noted)
+    )
 
 
 def rebuild_read_side(
-    ledger: Conversations, *, progress: Callable[[int], None] | None = None
+    ledger: Conversations,
+    *,
+    progress: Callable[[int], None] | None = None,
+    damaged: set[tuple[UUID, str]] | None = None,
 ) -> LedgerView:
     """Replace the read side's rows with those replayed from the log."""
-    view = replay_log(ledger, progress=progress)
+    view = replay_log(ledger, progress=progress, damaged=damaged)
     recorder: Any = ledger.recorder
     recorder.replace_read_side(view)
     return view

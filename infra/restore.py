@@ -5,10 +5,12 @@ such a backup is restored, the record (which the backup did not roll back)
 names keys the store has not destroyed: they are destroyed again, the turns
 that still stand in the restored log are deleted again there (so every read,
 device and audit sees them deleted), and the key store is compacted, all
-before the store serves anything. Such a restore also starts a new cursor
-epoch (infra/http/cursor.py): devices whose cursors the restored log no longer
-extends are told to sync again, however far the log grows afterwards.
-docs/deletion.md, "Restores".
+before the store serves anything. A backup restored with no deletion since
+is found by the log position kept beside the record (infra/restore_seen.py):
+the restored log ends below a position cursors were issued at. Either restore
+starts a new cursor epoch (infra/http/cursor.py): devices whose cursors the
+restored log no longer extends are told to sync again, however far the log
+grows afterwards. docs/deletion.md, "Restores".
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import gc
 import logging
 import secrets
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -34,6 +36,7 @@ from turnledger.infra.deletion_record import (
 )
 from turnledger.infra.http.cursor import INITIAL_EPOCH, CursorEpoch
 from turnledger.infra.keystore import KeyStore
+from turnledger.infra.restore_seen import LogSeen
 from turnledger.infra.service_layer.application import Conversations
 
 _log = logging.getLogger(__name__)
@@ -68,23 +71,47 @@ class RestoreReport:
     # The cursor epoch the store is in after the check (a new one if it found
     # a restore).
     cursor_epoch: CursorEpoch = INITIAL_EPOCH
+    # The highest log position cursors were issued at before this opening, as
+    # kept beside the record (infra/restore_seen.py; 0: none kept yet).
+    seen_position: int = 0
+    # The mark itself, which the sync route advances before each cursor.
+    log_seen: LogSeen | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def rolled_back(self) -> bool:
+        """The log ends below a position already served: restored from an
+        older backup (or rolled back), deletions since or not."""
+        return self.seen_position > self.log_head
 
     @property
     def log_rewound(self) -> bool:
-        return self.deletions_behind > 0 and self.recorded_position > self.log_head
+        return self.rolled_back or (
+            self.deletions_behind > 0 and self.recorded_position > self.log_head
+        )
+
+    @property
+    def restored(self) -> bool:
+        return self.deletions_behind > 0 or self.rolled_back
 
     def describe(self) -> str:
-        if not self.deletions_behind:
+        if not self.restored:
             return f"the store agrees with the deletion record {self.record_path}"
         pending = " (compaction pending)" if self.compaction_pending else ""
+        seen = max(self.seen_position, self.recorded_position)
         return (
-            f"the store was restored from before {self.deletions_behind} "
-            f"deletion(s) recorded in {self.record_path}: "
-            f"{self.keys_destroyed_again} key(s) destroyed again, "
-            f"{self.turns_deleted_again} turn(s) deleted again in the log{pending}"
+            (
+                f"the store was restored from before {self.deletions_behind} "
+                f"deletion(s) recorded in {self.record_path}: "
+                f"{self.keys_destroyed_again} key(s) destroyed again, "
+                f"{self.turns_deleted_again} turn(s) deleted again in the log"
+                f"{pending}"
+                if self.deletions_behind
+                else "the store was restored from an older backup or rolled "
+                f"back (no deletion since, by {self.record_path})"
+            )
             + (
-                f"; the restored log ended at position {self.log_head}, deletions "
-                f"were recorded up to position {self.recorded_position}: devices "
+                f"; the restored log ended at position {self.log_head}, "
+                f"positions up to {seen} were served or recorded before: devices "
                 f"that synced past {self.log_head} must sync again from the "
                 "beginning"
                 if self.log_rewound
@@ -172,8 +199,10 @@ def _check(
     missing = {key for key in state.ids if key not in destroyed}
     behind = state.entries_naming(missing)
     log_head = ledger.recorder.max_notification_id() or 0
+    seen = LogSeen(record)
+    seen_position = seen.read()
     epoch = read_cursor_epoch(store)
-    if missing and apply:
+    if (missing or seen_position > log_head) and apply:
         # Before anything is redone: the redone deletions are new events at
         # positions past the restored head, which old cursors may name.
         epoch = next_cursor_epoch(epoch, log_head)
@@ -186,6 +215,8 @@ def _check(
         log_head=log_head,
         recorded_position=state.max_position,
         cursor_epoch=epoch,
+        seen_position=seen_position,
+        log_seen=seen,
     )
     if missing and not apply:
         raise DeletionRecordError(
@@ -205,6 +236,13 @@ def _check(
             if created:  # never attached, never named anywhere: no one's record
                 record.path.unlink(missing_ok=True)
             return _check(ledger, store, _named(record, winner), apply=apply)
+    if apply:
+        if report.rolled_back:
+            # The new epoch is durable: the mark comes down to the restored
+            # head, or every opening would find this restore again.
+            seen.lower(log_head)
+        else:
+            seen.advance(log_head)
     return report
 
 
@@ -224,9 +262,14 @@ def check_read_only(
     about here: reading changes nothing, and an auditor on another host may
     not hold it; every opening that writes refuses (docs/deletion.md)."""
     try:
-        check_restore(ledger, store, record, apply=False)
+        report = check_restore(ledger, store, record, apply=False)
     except DeletionRecordLostError as error:
         _log.warning("turnledger: WARNING: %s", error)
+        return
+    if report.rolled_back:
+        # Nothing deleted comes back (the record has nothing the store
+        # lacks); the next opening that writes starts the new cursor epoch.
+        _log.warning("turnledger: WARNING: %s", report.describe())
 
 
 def deletion_record(directory: Path, store: KeyStore) -> DeletionRecord:
@@ -299,6 +342,8 @@ def _redo(
         log_head=report.log_head,
         recorded_position=report.recorded_position,
         cursor_epoch=report.cursor_epoch,
+        seen_position=report.seen_position,
+        log_seen=report.log_seen,
     )
 
 
@@ -325,6 +370,22 @@ def next_cursor_epoch(epoch: CursorEpoch, log_head: int) -> CursorEpoch:
     counted: restoring the same backup twice must not bring back an epoch
     whose cursors the first restore's log issued."""
     return CursorEpoch(current=_new_epoch(), previous=epoch.current, head=log_head)
+
+
+def mark_served(ledger: Conversations, position: int) -> bool:
+    """Whether a cursor at `position` must first advance the mark kept beside
+    the deletion record (`advance_served`, off the event loop: it fsyncs)."""
+    report: RestoreReport | None = ledger.restore_report
+    return report is not None and report.log_seen is not None and (
+        report.log_seen.needs(position)
+    )
+
+
+def advance_served(ledger: Conversations, position: int) -> None:
+    """Make `position` durable beside the record before a cursor names it."""
+    report: RestoreReport | None = ledger.restore_report
+    if report is not None and report.log_seen is not None:
+        report.log_seen.advance(position)
 
 
 def epoch_of(ledger: Conversations) -> CursorEpoch:

@@ -27,6 +27,12 @@ WAL_SETTINGS = {
     "wal_keep_size": "0",
 }
 
+MB = 1024 * 1024
+# A wal_keep_size up to this is no hold: the purge switches segments until
+# the WAL it keeps begins after the destroyed keys (Patroni 3.0 refuses less
+# than 16MB; each switch writes one zero-filled segment on every member).
+MAX_FORCED_KEEP_BYTES = 64 * MB
+
 _SEGMENT = re.compile(r"^[0-9A-F]{24}(\.partial)?$")
 
 
@@ -92,8 +98,12 @@ def wal_retention_settings(connection: psycopg.Connection[Any]) -> list[str]:
             f"archive_mode={archive_mode} (archived segments keep destroyed keys "
             "for as long as the archive keeps them)"
         )
-    if keep_bytes:
-        holds.append(f"wal_keep_size={keep_size}")
+    if keep_bytes > MAX_FORCED_KEEP_BYTES:
+        # Up to that, the purge switches past what it keeps (`move_past`).
+        holds.append(
+            f"wal_keep_size={keep_size} (more than the "
+            f"{MAX_FORCED_KEEP_BYTES // MB}MB the purge writes past)"
+        )
     if slots:
         holds.append(f"{slots} replication slot(s) retain WAL")
     return holds
@@ -155,11 +165,25 @@ def segments_up_to(connection: psycopg.Connection[Any], target: str) -> list[str
     return up_to(segments(connection), target)
 
 
+def kept_from(connection: psycopg.Connection[Any]) -> str:
+    """The oldest segment a CHECKPOINT now would keep for `wal_keep_size`:
+    the one that far behind the insert position (the current one if 0)."""
+    row = connection.execute(
+        "SELECT pg_walfile_name(lsn + 1 - LEAST(keep, lsn - '0/0'::pg_lsn)) FROM"
+        " (SELECT pg_current_wal_insert_lsn() AS lsn,"
+        " pg_size_bytes(current_setting('wal_keep_size')) AS keep) AS now"
+    ).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
 def move_past(connection: psycopg.Connection[Any], target: str) -> None:
-    """Switch WAL segments until the insert position is beyond `target`'s
-    place (on a new timeline too: its first segments repeat the old places)."""
-    for _ in range(64):  # far more segments than min_wal_size keeps around
-        if position(current_segment(connection)) > position(target):
+    """Switch WAL segments until even what `wal_keep_size` keeps begins after
+    `target`'s place (on a new timeline too: its first segments repeat the old
+    places). A CHECKPOINT then removes every segment up to `target`, and a
+    standby's restartpoint does once it has replayed that checkpoint."""
+    for _ in range(64):  # far more segments than the kept ones
+        if position(kept_from(connection)) > position(target):
             return
         # pg_switch_wal() does nothing in a segment with no record yet: write
         # one (the commit of a transaction that was given an id).

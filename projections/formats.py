@@ -31,9 +31,9 @@ import json
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cache
-from json.encoder import encode_basestring
 from typing import Any, Literal, get_args
 
+from turnledger.domain.json_text import json_string
 from turnledger.projections.reasoning import as_sent
 from turnledger.projections.turn_shapes import (
     ARGUMENTS_AS_OBJECTS,
@@ -263,19 +263,19 @@ def _render_text(wire_format: str, parts: RequestParts) -> str:
 def _content_pair(question: str, answer: str | None) -> list[str]:
     """A text-only pair's messages where a message's text is its "content"
     (the question alone with `answer` None)."""
-    user = f'{{"role":"user","content":{encode_basestring(question)}}}'
+    user = f'{{"role":"user","content":{json_string(question)}}}'
     if answer is None:
         return [user]
-    return [user, f'{{"role":"assistant","content":{encode_basestring(answer)}}}']
+    return [user, f'{{"role":"assistant","content":{json_string(answer)}}}']
 
 
 def _gemini_pair(question: str, answer: str | None) -> list[str]:
-    user = f'{{"role":"user","parts":[{{"text":{encode_basestring(question)}}}]}}'
+    user = f'{{"role":"user","parts":[{{"text":{json_string(question)}}}]}}'
     if answer is None:
         return [user]
     return [
         user,
-        f'{{"role":"model","parts":[{{"text":{encode_basestring(answer)}}}]}}',
+        f'{{"role":"model","parts":[{{"text":{json_string(answer)}}}]}}',
     ]
 
 

@@ -25,11 +25,10 @@ message with one text holds a plain string, as in a text-only turn.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from typing import Any, Protocol
 
+from turnledger.domain.json_text import dumps_compact, json_string, load_json
 from turnledger.domain.parts import (
     AssistantStep,
     AssistantText,
@@ -39,8 +38,6 @@ from turnledger.domain.parts import (
     ToolCall,
     ToolResult,
     attachment_of,
-    load_json,
-    scan_json,
 )
 
 
@@ -444,42 +441,14 @@ class SentTurn(TurnContent, TurnDocuments, Protocol):
     def turn_id(self) -> str: ...
 
 
-_string = encode_basestring  # json.dumps's own, with ensure_ascii=False
-# The encoder json.dumps makes for each call with these settings, made once:
-# without circular checks it keeps no state between calls. (Without the C
-# encoder, or should its signature change, the JSONEncoder does the same.)
-_encoder = json.JSONEncoder(
-    ensure_ascii=False, separators=(",", ":"), check_circular=False
-)
-try:
-    _chunks = c_make_encoder(
-        None, _encoder.default, _string, None, ":", ",", False, False, True
-    )
-except TypeError:  # None, or another signature
-    _chunks = None
-
-
-def _object(document: dict[str, Any]) -> str:
-    """`json.dumps(document, ensure_ascii=False, separators=(",", ":"))`."""
-    if _chunks is None:
-        return _encoder.encode(document)
-    return "".join(_chunks(document, 0))
+_string = json_string  # json.dumps's escaping, with ensure_ascii=False
+_object = dumps_compact  # json.dumps(document, ensure_ascii=False, separators=...)
 
 
 def arguments_json(arguments: str) -> str:
     """A call's arguments as the object Anthropic and Gemini take, as JSON text
-    (the text as recorded is kept for OpenAI; these re-serialize the object).
-    A window does this for every call it sends: it is `_object(load_json(...))`
-    written out."""
-    try:
-        value, end = scan_json(arguments, 0)
-    except StopIteration:
-        end = -1
-    if end != len(arguments):
-        value = json.loads(arguments)
-    if _chunks is None:
-        return _encoder.encode(value)
-    return "".join(_chunks(value, 0))
+    (the text as recorded is kept for OpenAI; these re-serialize the object)."""
+    return dumps_compact(load_json(arguments))
 
 
 # The formats that send a call's arguments as an object. A body in one of them
@@ -499,16 +468,16 @@ def arguments_json_many(arguments: Sequence[str]) -> list[str]:
     The texts are parsed as one JSON list (each is the JSON text of an object,
     checked when recorded), and the objects serialized as one list with the
     mark between them, which is then split at the marks: two calls into the
-    serializer's C code instead of two per call. Should an object itself hold
+    serializer instead of two per call. Should an object itself hold
     the mark (a "\\ud800" escape in its text), the pieces do not add up and
     each is done alone.
     """
-    if len(arguments) < 2 or _chunks is None:
+    if len(arguments) < 2:
         return [arguments_json(text) for text in arguments]
     values = load_json("[" + ",".join(arguments) + "]")
     marked = [_MARK] * (2 * len(values) - 1)
     marked[::2] = values
-    pieces = "".join(_chunks(marked, 0))[1:-1].split(_BETWEEN)
+    pieces = dumps_compact(marked)[1:-1].split(_BETWEEN)
     if len(pieces) != len(values):
         return [arguments_json(text) for text in arguments]
     return pieces

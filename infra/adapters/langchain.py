@@ -14,13 +14,16 @@ Needs the `langchain` extra (`langchain-core`). Semantics (docs/adapters.md):
   `tool_calls`, and each `ToolMessage`, are its steps; an `AIMessage` without
   tool calls, once every call has its `ToolMessage`, is the final answer and
   confirms the turn. A `HumanMessage` while a turn is open records that turn
-  as abandoned (`stopped`) first. System messages are not stored (they are
-  the window's `system`).
+  as abandoned (`stopped`) first. A message's `id`, `name`,
+  `response_metadata` and `usage_metadata`, and each `SystemMessage` whole,
+  are kept in the turn's metadata (langchain_metadata.py): sealed, deleted
+  with the turn, never sent in a window.
 - `messages`: without a policy, every confirmed turn that is not deleted,
-  oldest first, then the open turn; with `policy=`, the window's history
-  under it (whole turns that fit, the fold first as a `SystemMessage`).
-  Either way an `AIMessage` with `tool_calls` is followed by the
-  `ToolMessage` of each call.
+  oldest first, with its system messages, then the open turn; with
+  `policy=`, the window's history under it (whole turns that fit, the fold
+  first as a `SystemMessage`; the window's instructions are its `system`, so
+  stored system messages are not in it). Either way an `AIMessage` with
+  `tool_calls` is followed by the `ToolMessage` of each call.
 - `clear()`: deletes every turn (purged like any deletion).
 """
 
@@ -36,6 +39,7 @@ from langchain_core.messages import (
     AIMessage,
     BaseMessage,
     HumanMessage,
+    SystemMessage,
     ToolMessage,
     convert_to_messages,
 )
@@ -51,6 +55,7 @@ from turnledger.domain.parts import (
     ToolResult,
     TurnParts,
 )
+from turnledger.infra.adapters import langchain_metadata
 from turnledger.infra.adapters.turns import (
     STAND_IN_QUESTION,
     TurnRecorder,
@@ -79,6 +84,34 @@ def window_messages(
     the system message, the fold (if any), the whole turns that fit, and the
     question last. It is the window's OpenAI chat body (docs/window.md)
     converted by LangChain's own `convert_to_messages`."""
+    messages, _ = _window(
+        ledger,
+        owner_id,
+        conversation_id,
+        question=question,
+        model=model,
+        system=system,
+        policy=policy,
+        token_counter=token_counter,
+        read_all=False,
+    )
+    return messages
+
+
+def _window(
+    ledger: Conversations,
+    owner_id: str,
+    conversation_id: UUID,
+    *,
+    question: str,
+    model: str,
+    system: str,
+    policy: WindowPolicy | None,
+    token_counter: TokenCounter | None,
+    read_all: bool,
+) -> tuple[list[BaseMessage], list[TurnParts] | None]:
+    """The window's messages, and the parts of its turns when they were read
+    (always with `read_all`, else when a result's status needs them)."""
     chat_policy = (policy or WindowPolicy()).model_copy(
         update={"wire_format": "openai-chat"}
     )
@@ -92,14 +125,15 @@ def window_messages(
         token_counter=token_counter,
     )
     messages = convert_to_messages(json.loads(projected.window.body)["messages"])
-    if any(isinstance(message, ToolMessage) for message in messages):
-        kept = _turns_by_id(
-            ledger, owner_id, conversation_id, projected.window.kept_turn_ids
-        )
-        turn_ids = projected.window.kept_turn_ids
-        if all(turn_id in kept for turn_id in turn_ids):  # none deleted since
-            _restore_results(messages, [kept[turn_id] for turn_id in turn_ids])
-    return messages
+    if not (read_all or any(isinstance(m, ToolMessage) for m in messages)):
+        return messages, None
+    turn_ids = projected.window.kept_turn_ids
+    kept = _turns_by_id(ledger, owner_id, conversation_id, turn_ids)
+    if not all(turn_id in kept for turn_id in turn_ids):  # one deleted since
+        return messages, None
+    turns = [kept[turn_id] for turn_id in turn_ids]
+    _restore_results(messages, turns)
+    return messages, turns
 
 
 class TurnLedgerChatHistory(BaseChatMessageHistory):
@@ -117,8 +151,10 @@ class TurnLedgerChatHistory(BaseChatMessageHistory):
         token_counter: TokenCounter | None = None,
     ) -> None:
         self.turns: TurnRecorder[BaseMessage] = TurnRecorder(
-            ledger, owner_id, conversation_id
+            ledger, owner_id, conversation_id, describe=langchain_metadata.describe
         )
+        # System messages added while no turn is open: they go with the next.
+        self.waiting: list[BaseMessage] = []
         self.policy = policy
         self.model = model
         self.system = system
@@ -129,20 +165,32 @@ class TurnLedgerChatHistory(BaseChatMessageHistory):
         recorded = (
             self._whole_history() if self.policy is None else self._window_history()
         )
-        return recorded + self.turns.pending_items()
+        return recorded + self.turns.pending_items() + self.waiting
 
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
         for message in messages:
             self._add(message)
 
     def clear(self) -> None:
+        self.waiting = []
         self.turns.clear()
 
     def _add(self, message: BaseMessage) -> None:
         turns = self.turns
+        langchain_metadata.entry(message)  # refused now if it cannot be kept
         if isinstance(message, HumanMessage):
             question, attachments = _human_input(message.content)
+            TurnParts(question=question, attachments=attachments)  # checked now
+            before = self._system_messages_after_the_open_turn() + self.waiting
             turns.begin(question, attachments, message)
+            assert turns.pending is not None
+            turns.pending.items[0:0] = [(system, 0) for system in before]
+            self.waiting = []
+        elif isinstance(message, SystemMessage):
+            if turns.pending is None:
+                self.waiting.append(message)
+            else:
+                turns.add([], message)
         elif isinstance(message, AIMessage):
             turns.add(_ai_steps(message), message)
             if not message.tool_calls and turns.can_confirm():
@@ -158,8 +206,21 @@ class TurnLedgerChatHistory(BaseChatMessageHistory):
             raise InvalidInputError(
                 "messages",
                 f"a {type(message).__name__} cannot be stored: turns hold human, "
-                "AI and tool messages (system instructions are the window's system)",
+                "system, AI and tool messages",
             )
+
+    def _system_messages_after_the_open_turn(self) -> list[BaseMessage]:
+        """The system messages that end the open turn, taken off it: a new
+        question abandons that turn, and they were said before the question."""
+        pending = self.turns.pending
+        moved: list[BaseMessage] = []
+        while (
+            pending is not None
+            and len(pending.items) > 1
+            and isinstance(pending.items[-1][0], SystemMessage)
+        ):
+            moved.insert(0, pending.items.pop()[0])
+        return moved
 
     def _whole_history(self) -> list[BaseMessage]:
         ledger, owner, conversation = (
@@ -167,8 +228,7 @@ class TurnLedgerChatHistory(BaseChatMessageHistory):
             self.turns.owner_id,
             self.turns.conversation_id,
         )
-        documents: list[dict[str, Any]] = []
-        turns: list[TurnParts] = []
+        messages: list[BaseMessage] = []
         offset: int | None = 0
         while offset is not None:
             page = ledger.get_history(
@@ -176,15 +236,12 @@ class TurnLedgerChatHistory(BaseChatMessageHistory):
             )
             for item in page.items:
                 if item.status == TurnStatus.CONFIRMED and item.parts is not None:
-                    documents += openai_chat_turn(item.parts)
-                    turns.append(item.parts)
+                    messages += _turn_messages(item.parts)
             offset = page.next_offset
-        messages = convert_to_messages(documents)
-        _restore_results(messages, turns)
         return messages
 
     def _window_history(self) -> list[BaseMessage]:
-        window = window_messages(
+        window, turns = _window(
             self.turns.ledger,
             self.turns.owner_id,
             self.turns.conversation_id,
@@ -193,10 +250,30 @@ class TurnLedgerChatHistory(BaseChatMessageHistory):
             system=self.system,
             policy=self.policy,
             token_counter=self.token_counter,
+            read_all=True,
         )
         # An openai-chat body always begins with the system message (empty or
         # not) and ends with the question: the history is what is between.
-        return window[1:-1]
+        history = window[1:-1]
+        if turns is None:
+            return history
+        # Each turn begins at its question (the fold, a SystemMessage, first).
+        starts = [i for i, m in enumerate(history) if isinstance(m, HumanMessage)]
+        restored = history[: starts[0]] if starts else history
+        for parts, start, end in zip(
+            turns, starts, [*starts[1:], len(history)], strict=True
+        ):
+            restored += langchain_metadata.restore(
+                history[start:end], parts, system=False
+            )
+        return restored
+
+
+def _turn_messages(parts: TurnParts) -> list[BaseMessage]:
+    """A recorded turn as the LangChain messages it was added as."""
+    messages = convert_to_messages(openai_chat_turn(parts))
+    _restore_results(messages, [parts])
+    return langchain_metadata.restore(messages, parts, system=True)
 
 
 def _restore_results(messages: list[BaseMessage], turns: Sequence[TurnParts]) -> None:

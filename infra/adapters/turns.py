@@ -77,11 +77,15 @@ class TurnRecorder(Generic[Item]):
         conversation_id: UUID,
         *,
         turn_ids: Callable[[], str] = new_turn_id,
+        describe: Callable[[list[Item]], str | None] | None = None,
     ) -> None:
         self.ledger = ledger
         self.owner_id = owner_id
         self.conversation_id = conversation_id
         self._turn_ids = turn_ids
+        # The turn's metadata (TurnParts.metadata) from its messages: what a
+        # library keeps of them that is not a part (ids, response metadata).
+        self._describe = describe
         self.pending: PendingTurn[Item] | None = None
 
     def begin(
@@ -132,6 +136,7 @@ class TurnRecorder(Generic[Item]):
             attachments=pending.attachments,
             steps=tuple(pending.steps[:-1]),
             answer=final.text,
+            metadata=self._metadata(pending),
         )
         receipt = self.ledger.confirm_turn(
             self.owner_id, self.conversation_id, turn_id=self._turn_ids(), parts=parts
@@ -148,6 +153,7 @@ class TurnRecorder(Generic[Item]):
             question=pending.question,
             attachments=pending.attachments,
             steps=tuple(pending.steps),
+            metadata=self._metadata(pending),
         )
         receipt = self.ledger.record_abandoned_turn(
             self.owner_id,
@@ -206,6 +212,11 @@ class TurnRecorder(Generic[Item]):
                 continue
             kept.append(item)
         return kept
+
+    def _metadata(self, pending: PendingTurn[Item]) -> str | None:
+        if self._describe is None:
+            return None
+        return self._describe([item for item, _ in pending.items])
 
     def _pending(self, *, what: str) -> PendingTurn[Item]:
         if self.pending is None:

@@ -11,8 +11,13 @@ Answers, besides the usual 401 and 422:
   another user's conversation is answered exactly like a missing one, so a
   device can not confirm a guessed id;
 - 404 `turn_not_found`: the conversation holds no such turn;
-- 404 `receipt_not_found`: the turn was recorded without a window (written
-  over HTTP, or abandoned), so no receipt was stored.
+- 404 `receipt_not_found`: the turn was recorded without a window (a PUT
+  without `window`, or an abandoned turn), so no receipt was stored.
+
+A PUT of a turn keeps a receipt when it names its window (`TurnIn.window`):
+`requested_window` reads that part of the request as `POST .../window` reads
+its own, and the ledger projects the window again before keeping its receipt
+(infra/service_layer/window_requests.py).
 """
 
 from __future__ import annotations
@@ -32,7 +37,12 @@ from turnledger.infra.http.service import (
     get_service,
 )
 from turnledger.infra.service_layer.application import Conversations
-from turnledger.infra.wire.schemas import StoredReceiptOut, WindowReceiptOut
+from turnledger.infra.service_layer.window_requests import WindowRequest
+from turnledger.infra.wire.schemas import (
+    StoredReceiptOut,
+    TurnWindowIn,
+    WindowReceiptOut,
+)
 from turnledger.projections.receipt import WindowReceipt
 
 router = APIRouter(prefix="/v1/conversations", tags=["conversations"])
@@ -50,6 +60,31 @@ TurnId = Annotated[
         description="the client's id for the turn",
     ),
 ]
+
+
+def requested_window(
+    service: Service, window: TurnWindowIn | None
+) -> WindowRequest | None:
+    """A turn write's `window` as the ledger takes it: the policy and token
+    counter resolved exactly as `POST .../window` resolves its request's
+    (conversation_routes.project_window), so the same request names the same
+    window. Loads the token counter: call off the event loop."""
+    if window is None:
+        return None
+    policy = window.policy
+    if policy is None and window.max_bytes is None:
+        policy = service.settings.window_policy()
+    return WindowRequest(
+        system=window.system,
+        model=window.model,
+        policy=policy,
+        max_bytes=window.max_bytes,
+        token_counter=service.token_counter(
+            window.tokenizer or service.settings.window_tokenizer
+        ),
+        ledger_version=window.ledger_version,
+        body_sha256=window.body_sha256,
+    )
 
 
 def stored_receipt(

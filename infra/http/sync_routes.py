@@ -32,7 +32,7 @@ from turnledger.infra.http.service import (
     current_device,
     get_service,
 )
-from turnledger.infra.restore import epoch_of
+from turnledger.infra.restore import advance_served, epoch_of, mark_served
 from turnledger.infra.service_layer.feed import (
     Change,
     ChangeBatch,
@@ -134,6 +134,10 @@ async def answer_sync(
         read = await run_in_threadpool(_pull, service, user_id, position, wal, limit)
     # A SyncOut, spliced from the changes' JSON (the response_model above
     # documents it; tests/integration/test_shared_reads.py compares the two).
+    if mark_served(service.ledger, read.batch.position):
+        # Durable beside the deletion record before any cursor names it, so
+        # that a restore to a shorter log is found (infra/restore_seen.py).
+        await run_in_threadpool(advance_served, service.ledger, read.batch.position)
     cursor = service.cursors.encode(user_id, read.batch.position, read.at, epoch)
     body = b"".join(
         (

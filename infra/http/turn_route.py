@@ -37,8 +37,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from turnledger.infra.devices import Device
 from turnledger.infra.http.limits import replay_body
+from turnledger.infra.http.receipt_routes import requested_window
 from turnledger.infra.http.service import Service
 from turnledger.infra.service_layer.results import TurnRequest
+from turnledger.infra.service_layer.window_requests import WindowRequest
 from turnledger.infra.wire.schemas import TurnIn, TurnReceiptOut
 
 PATH = "/v1/conversations/{conversation_id}/turns/{turn_id}"
@@ -111,7 +113,14 @@ async def record_turn(
     user's long-polls. Returns the receipt and the response headers that
     carry the write's position back (read-your-writes on a replica)."""
     device, receipt, at = await service.turn_writes.write(
-        token, lambda device: turn_request(device, conversation_id, turn_id, turn)
+        token,
+        lambda device: turn_request(
+            device,
+            conversation_id,
+            turn_id,
+            turn,
+            window=requested_window(service, turn.window),
+        ),
     )
     receipt_out = TurnReceiptOut(
         conversation_id=receipt.conversation_id,
@@ -140,9 +149,15 @@ async def answer_error(scope: Scope, error: Exception) -> Response:
 
 
 def turn_request(
-    device: Device, conversation_id: UUID, turn_id: str, turn: TurnIn
+    device: Device,
+    conversation_id: UUID,
+    turn_id: str,
+    turn: TurnIn,
+    *,
+    window: WindowRequest | None = None,
 ) -> TurnRequest:
-    """`turn` as the ledger takes it, written by `device` (both routes)."""
+    """`turn` as the ledger takes it, written by `device` (both routes), with
+    the window its answer replied to (`receipt_routes.requested_window`)."""
     parts = turn.turn_parts()
     # With parts, the question and answer travel inside them.
     return TurnRequest(
@@ -154,6 +169,7 @@ def turn_request(
         answer=None if parts is not None else turn.answer,
         parts=parts,
         expected_version=turn.expected_version,
+        window=window,
     )
 
 

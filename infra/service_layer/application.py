@@ -68,6 +68,7 @@ from turnledger.infra.service_layer.turn_writes import (
     check_window,
     turn_parts,
 )
+from turnledger.infra.service_layer.window_requests import project_requested
 from turnledger.projections.ledger_rows import (
     ConversationRow,
     RowChanges,
@@ -323,6 +324,11 @@ class Conversations(Application[UUID]):
                 answer=request.answer,
                 parts=request.parts,
                 expected_version=request.expected_version,
+                window=self._requested_window(request),
+            )
+        if request.window is not None:
+            raise InvalidInputError(
+                "window", "only a confirmed turn keeps its window's receipt"
             )
         return self._abandoned_write(
             request.owner_id,
@@ -333,6 +339,23 @@ class Conversations(Application[UUID]):
             partial_answer=request.answer,
             parts=request.parts,
             expected_version=request.expected_version,
+        )
+
+    def _requested_window(self, request: TurnRequest) -> ProjectedWindow | None:
+        """The window a request names, projected again (window_requests.py)."""
+        if request.window is None:
+            return None
+        question = (
+            request.parts.question if request.parts is not None else request.question
+        )
+        if not isinstance(question, str):
+            return None  # _confirmed_write refuses the turn itself
+        return project_requested(
+            self.queries,
+            request.owner_id,
+            request.conversation_id,
+            question,
+            request.window,
         )
 
     def _confirmed_write(

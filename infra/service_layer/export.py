@@ -73,6 +73,9 @@ def export_records(
                     else None,
                     "question": item.question,
                     "answer": item.answer,
+                    # Why a turn not deleted has no text ("key-damaged"), as
+                    # in history; null when it has its text or was deleted.
+                    "unreadable": item.unreadable,
                     # Attachments and steps in order ([] for a text-only turn).
                     "parts": None
                     if item.parts is None

@@ -13,7 +13,7 @@ from turnledger.domain.parts import TurnParts
 from turnledger.infra.service_layer.purge import PurgeReport
 
 if TYPE_CHECKING:
-    pass
+    from turnledger.infra.service_layer.window_requests import WindowRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +45,10 @@ class TurnRequest:
     # the store checks is still valid in the transaction that writes the
     # turn; None: no check. Only for ledgers whose store `checks_credentials`.
     credential: str | None = None
+    # The window a confirmed turn's answer replied to, named by its request
+    # (infra/service_layer/window_requests.py): its receipt is kept with the
+    # turn, as `confirm_turn(..., window=...)` keeps it. None: no receipt.
+    window: WindowRequest | None = None
 
 
 @dataclass(frozen=True, slots=True)

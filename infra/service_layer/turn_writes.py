@@ -70,11 +70,16 @@ class TurnWrites:
         check_conversation_id(conversation_id)
         check_identifier("turn_id", turn_id)
         check_turn_size(
-            *turn.texts(), limit=self.ledger.max_turn_bytes, extra=turn.inline_bytes()
+            *turn.texts(),
+            limit=self.ledger.max_turn_bytes,
+            extra=turn.inline_bytes() + turn.metadata_bytes(),
         )
         check_expected_version(expected_version)
         question, answer = turn.question, turn.answer
-        parts_text = None if turn.text_only else encode_parts(turn)
+        # A turn with metadata and no parts is sealed with it, and is sent and
+        # sized like a text-only turn (the metadata is never sent).
+        keeps_parts = not turn.text_only or turn.metadata is not None
+        parts_text = encode_parts(turn) if keeps_parts else None
         sizes = turn_sizes(turn)
 
         # Sealing is the costly part of a turn: done here, in the caller's

@@ -212,6 +212,35 @@ def parts_out(turn: TurnParts | None) -> list[TurnPart] | None:
 _PART_ADAPTER: TypeAdapter[TurnPart] = TypeAdapter(TurnPart)
 
 
+class TurnWindowIn(RequestModel):
+    """The window a confirmed turn's answer replied to, so that its receipt is
+    kept with the turn (docs/web.md): what was sent to `POST .../window`
+    (but the question, which is this turn's), the `ledger_version` its answer
+    named, and the SHA-256 of the body sent to the model. The service projects
+    that window again at that version and keeps its receipt only if the body
+    matches (422 `invalid_input`, field `window`, otherwise); the digest is
+    compared, never stored."""
+
+    system: str = ""
+    model: str
+    max_bytes: int | None = Field(
+        default=None, ge=1, le=2**53, description="as sent to POST .../window"
+    )
+    policy: WindowPolicy | None = Field(
+        default=None, description="as sent to POST .../window"
+    )
+    tokenizer: TokenizerName | None = Field(
+        default=None, description="as sent to POST .../window"
+    )
+    ledger_version: int = Field(
+        ge=1, le=2**53, description="the window answer's ledger_version"
+    )
+    body_sha256: str = Field(
+        pattern=r"^[0-9a-f]{64}$",
+        description="hex SHA-256 of the UTF-8 bytes of the body that was sent",
+    )
+
+
 class TurnIn(RequestModel):
     question: str
     answer: str = Field(
@@ -229,6 +258,11 @@ class TurnIn(RequestModel):
         default=None,
         ge=1,
         description="the version this device last saw; a stale one gets 409",
+    )
+    window: TurnWindowIn | None = Field(
+        default=None,
+        description="the window this confirmed turn's answer replied to: its "
+        "receipt is kept with the turn (GET .../turns/{turn_id}/receipt)",
     )
 
     @model_validator(mode="before")

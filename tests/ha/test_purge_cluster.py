@@ -2,16 +2,20 @@
 
 The purge's WAL settings reach every member through the cluster's own
 configuration. A conversation's turns are deleted, the primary's postmaster
-is killed, the old primary is rewound and rejoins; the purge runs again on the
-new primary. Then all three members' data directories, pg_wal included, are
-read as an attacker with the master key would: wherever a destroyed turn can
-still be opened, the purge must not say "complete", and it names the member
-and what it keeps.
+is killed at once, the old primary is rewound and rejoins; the purge runs
+again on the new primary (as the service's retry does) until it says
+complete: it switches WAL past the one segment Patroni keeps, checkpoints, and
+has each standby replay that and run its restartpoint. Then all three
+members' data directories, pg_wal included (the timelines' `.history` files,
+what pg_rewind copied), are read as an attacker with the master key would:
+no destroyed key, raw, wrapped, hex or base64, anywhere, and no text of a
+destroyed turn opens, while the surviving turns do (the positive control).
 """
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -24,11 +28,14 @@ from tests.integration.forensic import (
     OWNER,
     attack,
     files_under,
+    hits,
+    needles,
     read_all,
     write_scenario,
 )
 from turnledger.infra.persistence import master_key, open_conversations
 from turnledger.infra.service_layer.purge import PurgeReport
+from turnledger.infra.settings import Settings
 from turnledger.infra.wal import WAL_SETTINGS
 
 pytestmark = pytest.mark.postgres
@@ -43,65 +50,94 @@ def test_the_purge_settings_are_on_every_member(healthy: PatroniCluster) -> None
                 row = connection.execute(f"SHOW {name}").fetchone()
                 assert row is not None
                 if name == "wal_keep_size":
-                    # Patroni 3.0's floor: one segment (docs/ha.md).
+                    # Patroni 3.0's floor: one segment, which the purge
+                    # writes past (docs/ha.md).
                     assert row[0] == "16MB", (member, name, row[0])
                 else:
                     assert row[0] == value, (member, name, row[0])
 
 
-def test_no_member_keeps_a_destroyed_turn_the_purge_calls_complete(
-    healthy: PatroniCluster,
+@pytest.mark.parametrize("held", [False, True], ids=["purging", "held"])
+def test_after_a_failover_and_a_rewind_no_member_keeps_a_destroyed_key(
+    healthy: PatroniCluster, held: bool
 ) -> None:
-    settings = cluster_settings(healthy, "ha_purge").model_copy(
+    """`held`: a transaction older than the deletion keeps the purge from
+    rewriting until the kill, so the rewrite and the WAL's clearing happen on
+    the new primary's timeline."""
+    schema = "ha_purge_held" if held else "ha_purge"
+    settings = cluster_settings(healthy, schema).model_copy(
         update={"postgres_replica_host": None}
     )
     master = master_key(settings)
     ledger = open_conversations(settings)
+    older = None
     try:
         scenario = write_scenario(ledger)
-        recorded = key_table(settings.postgres_conninfo(), scenario.conversation_id)
-        ledger.delete_history(OWNER, scenario.conversation_id, turn_ids=list(DOOMED))
-        destroyed = {
-            k: v
-            for k, v in recorded.items()
-            if k
-            not in key_table(settings.postgres_conninfo(), scenario.conversation_id)
-        }
-        assert destroyed, "the deletion destroyed no key"
+        recorded = key_table(settings, scenario.conversation_id)
+        if held:
+            older = psycopg.connect(healthy.conninfo)
+            older.execute("SELECT pg_current_xact_id()")  # open, with an xid
+        receipt = ledger.delete_history(
+            OWNER, scenario.conversation_id, turn_ids=list(DOOMED)
+        )
+        if held:
+            assert receipt.purge is not None
+            assert any("older transaction" in r for r in receipt.purge.pending_reasons)
+        left = key_table(settings, scenario.conversation_id)
+        # Killed at once: the purge's own CHECKPOINT may not have ended, and
+        # every member's WAL still holds the keys.
         leader = healthy.leader()
         killed_at = time.monotonic()
         healthy.kill_postmaster(leader)
         healthy.wait_writable(killed_at, timeout=60)
         healthy.wait_healthy(timeout=90)  # the old primary rewound and back
-        report = purge_again(ledger)
+        report, seen = purge_until_complete(ledger)
     finally:
         ledger.close()
-    for member in MEMBERS:
-        with psycopg.connect(healthy.member_conninfo(member), autocommit=True) as c:
-            c.execute("CHECKPOINT")  # a standby's restartpoint drops old WAL too
-    opened = {
-        member: attack(
-            scenario,
-            read_all(files_under(healthy.data_dir(member))),
-            destroyed,
-            master,
-        )
-        for member in MEMBERS
-    }
-    holding = sorted(member for member, found in opened.items() if found)
+        if older is not None:
+            older.close()
+    destroyed = {k: v for k, v in recorded.items() if k not in left}
+    kept = {k: v for k, v in recorded.items() if k in left}
+    assert destroyed and kept
+    copies = {m: read_all(files_under(healthy.data_dir(m))) for m in MEMBERS}
     print(
-        f"after the failover: purge {report.state}; reasons {report.pending_reasons};"
-        f" members still opening destroyed turns: {holding}"
+        f"purge at the deletion: {receipt.purge and receipt.purge.state}; "
+        f"killed {leader}; purge {report.state} after the failover; reasons seen "
+        f"{seen}; WAL files scanned: "
+        + "; ".join(f"{m}: {wal_files(copies[m])}" for m in MEMBERS)
     )
-    if holding:
-        assert report.compaction_pending, (holding, report)
-    # Every member that can still open a destroyed turn is named, with why.
-    for member in holding:
-        name = f"member {healthy.host(member)}:{healthy.port} "
-        assert any(name in reason for reason in report.pending_reasons), (
-            member,
-            report.pending_reasons,
-        )
+    assert not report.compaction_pending, report
+    # The scan reads the old primary's timeline history and what pg_rewind
+    # gave it; every member holds a newer timeline's files.
+    assert any(name.endswith(".history") for name in copies[leader]), leader
+    for member in MEMBERS:
+        # Positive control: the attack opens the turns still alive there.
+        assert attack(scenario, copies[member], kept, master), member
+        assert attack(scenario, copies[member], destroyed, master) == {}, member
+        found = hits(copies[member], needles(scenario, destroyed, master))
+        assert not found, (member, found[:5])
+
+
+def purge_until_complete(
+    ledger: object, timeout: float = 60.0
+) -> tuple[PurgeReport, list[str]]:
+    """Run the purge (as the service's retry does) until its compaction is
+    complete or `timeout` passes; the report and every reason it gave."""
+    seen: list[str] = []
+    deadline = time.monotonic() + timeout
+    while True:
+        report = purge_again(ledger)
+        seen.extend(r for r in report.pending_reasons if r not in seen)
+        if not report.compaction_pending or time.monotonic() > deadline:
+            return report, seen
+        time.sleep(1.0)
+
+
+def wal_files(contents: dict[str, bytes]) -> str:
+    names = [Path(name).name for name in contents if "/pg_wal/" in name]
+    partial = sum(name.endswith(".partial") for name in names)
+    history = sum(name.endswith(".history") for name in names)
+    return f"{len(names)} ({history} .history, {partial} .partial)"
 
 
 def purge_again(ledger: object) -> PurgeReport:
@@ -115,12 +151,12 @@ def purge_again(ledger: object) -> PurgeReport:
     return ledger.purge_deleted_history()  # type: ignore[attr-defined,no-any-return]
 
 
-def key_table(conninfo: str, conversation_id: object) -> dict[str, bytes]:
-    with psycopg.connect(conninfo) as connection:
+def key_table(settings: Settings, conversation_id: object) -> dict[str, bytes]:
+    with psycopg.connect(settings.postgres_conninfo()) as connection:
         rows = connection.execute(
             sql.SQL(
                 "SELECT turn_id, wrapped_key FROM {} WHERE conversation_id = %s"
-            ).format(sql.Identifier("ha_purge", "turn_keys")),
+            ).format(sql.Identifier(settings.postgres_schema, "turn_keys")),
             (conversation_id,),
         ).fetchall()
     return {str(turn_id): bytes(blob) for turn_id, blob in rows}

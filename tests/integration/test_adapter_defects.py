@@ -14,7 +14,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
 from turnledger.domain.conversation import TurnStatus
-from turnledger.infra.adapters.langchain import TurnLedgerChatHistory
+from turnledger.infra.adapters.langchain import TurnLedgerChatHistory, window_messages
 from turnledger.infra.adapters.openai_agents import TurnLedgerSession
 from turnledger.infra.service_layer.application import Conversations
 from turnledger.projections.policy import WindowPolicy
@@ -96,10 +96,17 @@ def test_an_error_tool_message_comes_back_as_an_error(
     conversation = memory_ledger.start_conversation(OWNER)
     history = TurnLedgerChatHistory(memory_ledger, OWNER, conversation)
     history.add_messages(_error_turn())
+    # The history gives the message back as it was added (no name given).
     [tool] = [m for m in history.messages if isinstance(m, ToolMessage)]
-    assert tool.status == "error" and tool.name == "weather"
+    assert tool.status == "error" and tool.name is None
     windowed = TurnLedgerChatHistory(
         memory_ledger, OWNER, conversation, policy=WindowPolicy()
     )
     [tool] = [m for m in windowed.messages if isinstance(m, ToolMessage)]
+    assert tool.status == "error" and tool.name is None
+    # The window to send names the tool the result answers.
+    window = window_messages(
+        memory_ledger, OWNER, conversation, question="?", model="gpt-4o-mini"
+    )
+    [tool] = [m for m in window if isinstance(m, ToolMessage)]
     assert tool.status == "error" and tool.name == "weather"

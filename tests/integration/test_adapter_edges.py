@@ -7,7 +7,13 @@ import base64
 from typing import Any
 
 import pytest
-from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import (
+    AIMessage,
+    ChatMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
 
 from turnledger.domain.conversation import TurnStatus
 from turnledger.domain.errors import InvalidInputError
@@ -115,14 +121,16 @@ def test_pop_never_reaches_abandoned_turns_and_clear_keeps_the_conversation(
     assert memory_ledger.get_history(OWNER, session.conversation_id).items[0].deleted
 
 
-def test_langchain_refuses_system_messages_and_calls_without_ids(
+def test_langchain_keeps_system_messages_and_refuses_calls_without_ids(
     memory_ledger: Conversations,
 ) -> None:
     history = TurnLedgerChatHistory(
         memory_ledger, OWNER, memory_ledger.start_conversation(OWNER)
     )
+    history.add_message(SystemMessage("Be brief."))
+    # A message type turns do not hold (a chat message of another role).
     with pytest.raises(InvalidInputError):
-        history.add_message(SystemMessage("Be brief."))
+        history.add_message(ChatMessage("Looks fine.", role="critic"))
     history.add_message(
         HumanMessage(
             [
@@ -147,6 +155,9 @@ def test_langchain_refuses_system_messages_and_calls_without_ids(
     assert item.parts.steps[-1] == ToolResult(
         call_id="c1", content="timeout", is_error=True
     )
+    # The system message is no step of the turn, and comes back first.
+    assert history.messages[0] == SystemMessage("Be brief.")
+    assert [m.type for m in history.messages] == ["system", "human", "ai", "tool", "ai"]
 
 
 def test_the_fold_comes_first_in_both_adapters(memory_ledger: Conversations) -> None:

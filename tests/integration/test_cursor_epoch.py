@@ -258,3 +258,66 @@ def test_cursors_of_a_store_never_restored_keep_working_across_openings(
     with TestClient(create_app(settings)) as http:
         assert device.pull(http).status_code == 200
     _assert_converged(device, settings, conversation_id)
+
+
+def test_a_restore_with_no_deletion_since_the_backup_is_found_by_the_served_mark(
+    backups: Backups, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The deletion record has nothing the restored store lacks; the log
+    position kept beside it (restore_seen.py) is what finds the restore."""
+    settings = backups.settings
+    ledger = open_conversations(settings)
+    conversation_id = ledger.start_conversation(OWNER)
+    ledger.close()
+    app = create_app(settings)
+    with TestClient(app) as http:
+        registry = app.state.service.registry
+        ahead = Device({"Authorization": f"Bearer {registry.add(OWNER, 'a').token}"})
+        behind = Device({"Authorization": f"Bearer {registry.add(OWNER, 'b').token}"})
+    _turns(settings, conversation_id, ["t1", "t2"])
+    with TestClient(create_app(settings)) as http:
+        assert behind.pull(http).status_code == 200
+    backups.take()
+
+    _turns(settings, conversation_id, ["t3", "t4", "t5"])  # no deletion
+    with TestClient(create_app(settings)) as http:
+        assert ahead.pull(http).status_code == 200  # past the backup's head
+    stale = ahead.cursor
+    backups.restore()
+
+    caplog.set_level("WARNING", logger="turnledger")
+    reopened = open_conversations(settings)
+    try:
+        report = reopened.restore_report
+    finally:
+        reopened.close()
+    assert report is not None and report.deletions_behind == 0
+    assert report.rolled_back and report.log_rewound
+    assert report.seen_position > report.log_head
+    assert "restored from an older backup or rolled back" in report.describe()
+    assert any("rolled back" in r.getMessage() for r in caplog.records)
+
+    _turns(settings, conversation_id, [f"n{i}" for i in range(12)])
+    with TestClient(create_app(settings)) as http:
+        _assert_expired(ahead.pull(http))
+        assert behind.pull(http).status_code == 200
+        _assert_converged(behind, settings, conversation_id)
+        assert ahead.resync(http).status_code == 200
+    _assert_converged(ahead, settings, conversation_id)
+    assert "t3" not in ahead.turns and ahead.turns["n11"] == "question n11"
+
+    # Found once: the next openings keep the new epoch, so the cursors issued
+    # since go on working and the stale one stays refused.
+    again = open_conversations(settings)
+    try:
+        assert again.restore_report is not None
+        assert not again.restore_report.restored
+    finally:
+        again.close()
+    _turns(settings, conversation_id, ["m1"])
+    with TestClient(create_app(settings)) as http:
+        assert ahead.pull(http).status_code == 200
+        ahead.cursor, current = stale, ahead.cursor
+        _assert_expired(ahead.pull(http))
+        ahead.cursor = current
+    _assert_converged(ahead, settings, conversation_id)

@@ -105,3 +105,76 @@ def test_a_record_that_cannot_be_created_says_which_setting_to_change(
     record = DeletionRecord(blocker / "record.log")
     with pytest.raises(DeletionRecordError, match="TURNLEDGER_DELETION_RECORD_DIR"):
         record.create()
+
+
+def _rewritten(path: Path, keep: int, extra: list[bytes]) -> bytes:
+    """The record with only its first `keep` entries and then `extra` bodies,
+    every hash recomputed: what someone who read this module writes."""
+    import hashlib
+
+    lines = path.read_bytes().splitlines()
+    header, entries = lines[0], lines[1 : 1 + keep]
+    head = hashlib.sha256(header).digest()
+    out = [header]
+    for line in entries:
+        body = line.partition(b" ")[2]
+        head = hashlib.sha256(head + body).digest()
+        out.append(head.hex().encode() + b" " + body)
+    for body in extra:
+        head = hashlib.sha256(head + body).digest()
+        out.append(head.hex().encode() + b" " + body)
+    return b"\n".join(out) + b"\n"
+
+
+def _filler(n: int) -> bytes:
+    return (
+        b'{"n":%d,"c":"%s","k":["pad-%d"],"p":1,"at":"2026-12-06T00:00:00+00:00"}'
+        % (n, uuid.UUID(int=9).hex.encode(), n)
+    )
+
+
+@pytest.mark.parametrize("how", ["rewritten in place", "renamed over", "truncated"])
+def test_a_record_rewritten_underneath_a_running_writer_is_refused(
+    tmp_path: Path, how: str
+) -> None:
+    """A long-running writer checks, before each append, that the record is
+    the one it read: a record with an entry removed and every hash recomputed
+    (padded to be at least as long), renamed over it, or cut short is read
+    again whole and refused; nothing is appended to it."""
+    path = tmp_path / "record.log"
+    writer = DeletionRecord(path)
+    writer.create()
+    conversation_id = uuid.uuid4()
+    for n in range(1, 4):
+        writer.remember(conversation_id, [f"t{n}"], position=n)
+    if how == "truncated":
+        forged = _rewritten(path, 2, [])
+    else:
+        # Entry 3 removed; pads keep the file as long as it was, or longer.
+        forged = _rewritten(path, 2, [_filler(3), _filler(4)])
+    if how == "renamed over":
+        staged = tmp_path / "forged.log"
+        staged.write_bytes(forged)
+        staged.replace(path)
+    else:
+        path.write_bytes(forged)
+    with pytest.raises(DeletionRecordLostError, match="replaced or rewritten"):
+        writer.remember(conversation_id, ["t4"], position=4)
+    assert path.read_bytes() == forged  # nothing chained onto it
+    with pytest.raises(DeletionRecordLostError):
+        writer.current_head()  # what a checkpoint would sign
+
+
+def test_appends_by_another_process_are_still_read_incrementally(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "record.log"
+    first, second = DeletionRecord(path), DeletionRecord(path)
+    first.create()
+    first.remember(uuid.uuid4(), ["a"], position=1)
+    assert second.current_head().entries == 1
+    first.remember(uuid.uuid4(), ["b"], position=2)
+    assert second.current_head() == first.current_head()
+    second.remember(uuid.uuid4(), ["c"], position=3)
+    assert first.current_head().entries == 3
+    assert DeletionRecord(path).load().entries == 3

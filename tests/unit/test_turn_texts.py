@@ -183,20 +183,3 @@ def test_arguments_holding_the_mark_are_serialized_one_at_a_time(
     monkeypatch.setattr(turn_shapes, "arguments_json", counted)
     assert arguments_json_many(arguments) == alone
     assert calls == arguments
-
-
-@settings(max_examples=50, deadline=None)
-@given(
-    turns=st.lists(tool_turns(with_parts=True), min_size=1, max_size=3),
-    wire_format=st.sampled_from(WIRE_FORMATS),
-)
-def test_without_the_c_encoder_the_bytes_are_the_same(
-    turns: list[TurnParts], wire_format: str
-) -> None:
-    parts = RequestParts(
-        model="m", system="s", question="q", pairs=tuple(map(opened, turns))
-    )
-    expected = encode_json(request_document(wire_format, parts))
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(turn_shapes, "_chunks", None)
-        assert render_body(wire_format, parts) == expected

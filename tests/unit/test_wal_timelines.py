@@ -49,8 +49,11 @@ class FakeServer:
             self.current = f"{self.current[:8]}{place:016X}"
         if "pg_ls_waldir" in query:
             self._rows = [(name,) for name in self.listing]
-        elif "pg_walfile_name(pg_current_wal_insert_lsn() + 1)" in query:
+        elif "pg_current_wal_insert_lsn()" in query:
+            # The segment written now, and (wal_keep_size 0) the oldest kept.
             self._rows = [(self.current,)]
+        elif "pg_last_wal_replay_lsn" in query:
+            self._rows = [(True, "0/5000000")]
         elif "pg_is_in_recovery" in query:
             self._rows = [(self.standby,)]
         else:

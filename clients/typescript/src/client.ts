@@ -28,10 +28,34 @@ export type SyncOut = Schemas["SyncOut"];
 export type Change = SyncOut["changes"][number];
 export type TurnIn = Schemas["TurnIn"];
 export type TurnReceiptOut = Schemas["TurnReceiptOut"];
+export type TurnWindowIn = Schemas["TurnWindowIn"];
 export type WindowIn = Schemas["WindowIn"];
 export type WindowOut = Schemas["WindowOut"];
 export type WindowPolicy = Schemas["WindowPolicy"];
 export type WindowReceiptOut = Schemas["WindowReceiptOut"];
+
+/** The `window` of a turn write (`TurnIn.window`), from the window request a
+ * device sent and the answer it got: the request but its question (the turn's
+ * own), the answer's ledger version, and the SHA-256 of the body that was
+ * sent to the model. A confirmed turn put with it keeps the window's receipt
+ * (`getReceipt`), as the Python library's `confirm_turn(..., window=)` does;
+ * the service projects the window again and refuses a body that differs. */
+export async function windowSent(request: WindowIn, window: WindowOut): Promise<TurnWindowIn> {
+  const digest = await globalThis.crypto.subtle.digest(
+    "SHA-256",
+    new TextEncoder().encode(window.body) as BufferSource,
+  );
+  const named: TurnWindowIn = {
+    model: request.model,
+    system: request.system ?? "",
+    ledger_version: window.ledger_version,
+    body_sha256: Array.from(new Uint8Array(digest), (b) => b.toString(16).padStart(2, "0")).join(""),
+  };
+  if (request.max_bytes !== undefined) named.max_bytes = request.max_bytes;
+  if (request.policy !== undefined) named.policy = request.policy;
+  if (request.tokenizer !== undefined) named.tokenizer = request.tokenizer;
+  return named;
+}
 
 /** The header that carries the log position for read-your-writes (docs/sync.md). */
 export const POSITION_HEADER = "TurnLedger-Position";

@@ -1034,6 +1034,8 @@ export type components = {
              * @enum {string}
              */
             status: "confirmed" | "failed" | "stopped";
+            /** @description the window this confirmed turn's answer replied to: its receipt is kept with the turn (GET .../turns/{turn_id}/receipt) */
+            window?: components["schemas"]["TurnWindowIn"] | null;
         };
         /** TurnReceiptOut */
         TurnReceiptOut: {
@@ -1102,6 +1104,47 @@ export type components = {
             unreadable?: "key-damaged" | null;
             /** Version */
             version: number;
+        };
+        /**
+         * TurnWindowIn
+         * @description The window a confirmed turn's answer replied to, so that its receipt is
+         *     kept with the turn (docs/web.md): what was sent to `POST .../window`
+         *     (but the question, which is this turn's), the `ledger_version` its answer
+         *     named, and the SHA-256 of the body sent to the model. The service projects
+         *     that window again at that version and keeps its receipt only if the body
+         *     matches (422 `invalid_input`, field `window`, otherwise); the digest is
+         *     compared, never stored.
+         */
+        TurnWindowIn: {
+            /**
+             * Body Sha256
+             * @description hex SHA-256 of the UTF-8 bytes of the body that was sent
+             */
+            body_sha256: string;
+            /**
+             * Ledger Version
+             * @description the window answer's ledger_version
+             */
+            ledger_version: number;
+            /**
+             * Max Bytes
+             * @description as sent to POST .../window
+             */
+            max_bytes?: number | null;
+            /** Model */
+            model: string;
+            /** @description as sent to POST .../window */
+            policy?: components["schemas"]["WindowPolicy"] | null;
+            /**
+             * System
+             * @default
+             */
+            system: string;
+            /**
+             * Tokenizer
+             * @description as sent to POST .../window
+             */
+            tokenizer?: ("char4" | "o200k_base" | "cl100k_base") | null;
         };
         /**
          * WindowIn

@@ -10,6 +10,7 @@ import {
   TurnTooLargeError,
   UnauthenticatedError,
   VersionConflictError,
+  windowSent,
 } from "../../../infra/http/web/js/src/index.js";
 import { client, once, tokens, uniqueId } from "./env.mjs";
 
@@ -76,7 +77,7 @@ test("a stored receipt is asked for by turn; its errors are typed", async () => 
   const api = once();
   const { conversation_id: id } = await api.startConversation();
   await api.putTurn(id, "t1", { question: "q", answer: "a" });
-  // Written over HTTP, the turn was recorded without a window: nothing stored.
+  // Written without its window: nothing stored.
   await assert.rejects(api.getReceipt(id, "t1"), (error) => {
     assert.ok(error instanceof ReceiptNotFoundError && error instanceof NotFoundError);
     assert.equal(error.code, "receipt_not_found");
@@ -89,6 +90,33 @@ test("a stored receipt is asked for by turn; its errors are typed", async () => 
   const missing = await other.getReceipt(unknown, "t1").catch((error) => error);
   assert.ok(theirs instanceof ConversationNotFoundError);
   assert.equal(theirs.message, missing.message.replace(unknown, id));
+});
+
+test("a turn put with the window it replied to keeps that window's receipt", async () => {
+  const api = once();
+  const { conversation_id: id } = await api.startConversation();
+  await api.putTurn(id, "t1", { question: "first", answer: "one" });
+  const request = { question: "second?", model: "m-2", system: "be brief", max_bytes: 4096 };
+  const window = await api.projectWindow(id, request);
+  // Another device writes meanwhile: the receipt still names the window sent.
+  await once(tokens.b).putTurn(id, "t-other", { question: "other", answer: "x" });
+  const named = await windowSent(request, window);
+  await api.putTurn(id, "t2", { question: "second?", answer: "two", window: named });
+  const stored = await api.getReceipt(id, "t2");
+  assert.equal(stored.receipt.ledger_version, window.ledger_version);
+  assert.deepEqual(stored.receipt.turn_ids, window.kept_turn_ids);
+  assert.match(stored.receipt.body_mac, /^[0-9a-f]{64}$/);
+  // A body other than the one projected is refused, and nothing is written.
+  const before = (await api.getConversation(id)).version;
+  await assert.rejects(
+    api.putTurn(id, "t3", {
+      question: "second?",
+      answer: "three",
+      window: { ...named, body_sha256: "0".repeat(64) },
+    }),
+    (error) => error.status === 422 && error.field === "window",
+  );
+  assert.equal((await api.getConversation(id)).version, before);
 });
 
 test("an unknown code is a ServiceError with that status and code", async () => {

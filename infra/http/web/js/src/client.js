@@ -3,6 +3,28 @@
 // retries follow src/retry.ts, errors src/errors.ts.
 import { errorFromResponse, ServiceUnreachableError } from "./errors.js";
 import { Attempts, DEFAULT_RETRY, retryAfterSeconds } from "./retry.js";
+/** The `window` of a turn write (`TurnIn.window`), from the window request a
+ * device sent and the answer it got: the request but its question (the turn's
+ * own), the answer's ledger version, and the SHA-256 of the body that was
+ * sent to the model. A confirmed turn put with it keeps the window's receipt
+ * (`getReceipt`), as the Python library's `confirm_turn(..., window=)` does;
+ * the service projects the window again and refuses a body that differs. */
+export async function windowSent(request, window) {
+    const digest = await globalThis.crypto.subtle.digest("SHA-256", new TextEncoder().encode(window.body));
+    const named = {
+        model: request.model,
+        system: request.system ?? "",
+        ledger_version: window.ledger_version,
+        body_sha256: Array.from(new Uint8Array(digest), (b) => b.toString(16).padStart(2, "0")).join(""),
+    };
+    if (request.max_bytes !== undefined)
+        named.max_bytes = request.max_bytes;
+    if (request.policy !== undefined)
+        named.policy = request.policy;
+    if (request.tokenizer !== undefined)
+        named.tokenizer = request.tokenizer;
+    return named;
+}
 /** The header that carries the log position for read-your-writes (docs/sync.md). */
 export const POSITION_HEADER = "TurnLedger-Position";
 // A long-poll is answered within its timeout; leave room for the round trips.

@@ -1,0 +1,74 @@
+"""What the transparency log's tree is kept in, as the follower and the
+proofs see it: a leaf store, and one transaction of it (`TreeWriter`).
+
+Three stores implement it: SQLite (`merkle_sqlite.py`), PostgreSQL
+(`merkle_postgres.py`) and memory (`merkle_store.py`, which also opens the
+one the settings name).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from turnledger.domain.merkle import Coordinate, Node, ProofError
+from turnledger.domain.transparency import RawLog
+
+
+class TreeWriter(Protocol):
+    """One transaction of the follower."""
+
+    def tracking(self) -> tuple[int, int | None]:
+        """(leaves in the tree, notification id of the last one)."""
+        ...
+
+    def read_nodes(self, coordinates: Sequence[Coordinate]) -> list[bytes]: ...
+
+    def append(
+        self,
+        nodes: Sequence[Node],
+        leaves: Sequence[tuple[int, int, bytes, bytes]],
+        size: int,
+        last_id: int,
+    ) -> None:
+        """Store new nodes (level 1 up) and (position, notification id, leaf
+        input, leaf hash) rows."""
+        ...
+
+
+class LeafStore(Protocol):
+    def writing(self) -> Any:
+        """A context manager giving a `TreeWriter` inside one locked transaction."""
+        ...
+
+    def size(self) -> int: ...
+
+    def read_nodes(self, coordinates: Sequence[Coordinate]) -> list[bytes]: ...
+
+    def leaf_inputs(self, start: int, end: int) -> list[bytes]:
+        """The stored leaf inputs of positions [start, end)."""
+        ...
+
+    def position_of(self, notification_id: int) -> int | None: ...
+
+    def level_nodes(self, level: int) -> list[tuple[int, bytes]]:
+        """(index, hash) of every stored node of a level, in index order; level
+        0: the leaf hashes by position."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class CountedLog(RawLog, Protocol):
+    def count_through(self, notification_id: int | None) -> int:
+        """How many rows have a notification id at or below this one (None: 0)."""
+        ...
+
+
+def checked_nodes(
+    coordinates: Sequence[Coordinate], found: dict[Coordinate, bytes]
+) -> list[bytes]:
+    try:
+        return [found[coordinate] for coordinate in coordinates]
+    except KeyError as missing:
+        raise ProofError(f"the tree store lacks node {missing.args[0]}") from None
