@@ -230,7 +230,7 @@ def test_the_inspector_shows_the_stored_receipt_as_the_api_serves_it(
     assert receipt["turn_ids"] == list(window.window.kept_turn_ids)
     assert receipt["ledger_version"] == window.ledger_version
     assert "t10" in (page.locator("#receipt-status").text_content() or "")
-    # A turn written over HTTP was recorded without a window: the page says so.
+    # A turn put without its window has no receipt: the page says so.
     seen = len(device.problems)
     page.select_option("#receipt-turn", "t9")
     page.click("#show-receipt")

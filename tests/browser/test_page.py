@@ -4,6 +4,7 @@ labelled and work by keyboard; screenshots of both views at two widths."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 import struct
 from pathlib import Path
@@ -128,7 +129,8 @@ def png_width(path: Path) -> int:
 
 def test_screenshots_of_both_views(browser: Any, service: Service) -> None:
     """Saved under build/screenshots (TURNLEDGER_TEST_SCREENSHOT_DIR); the
-    README shows docs/images/web-sync-desktop.png, one of these."""
+    README and docs/web.md show docs/images/web-inspector-desktop.png, a copy
+    of sqlite-inspector-desktop.png."""
     api = Api(service, service.tokens["a"])
     conversation = api.start()
     api.put(conversation, "t1", "Where did we leave the budget?", "At 12,400 EUR.")
@@ -138,7 +140,20 @@ def test_screenshots_of_both_views(browser: Any, service: Service) -> None:
     api.put(conversation, "t3", "My account number is 1234", "Noted.")
     api.put(conversation, "t4", "Summarise the plan", "1. Review 2. Approve 3. Send")
     api.delete(conversation, ["t3"])
-    receipt = api.put(conversation, "t5", "What is next?", "Send the email.")
+    asked = {"question": "What is next?", "model": "m", "max_bytes": 4096}
+    window = api.window(conversation, asked)
+    receipt = api.put(
+        conversation,
+        "t5",
+        "What is next?",
+        "Send the email.",
+        window={
+            "model": "m",
+            "max_bytes": 4096,
+            "ledger_version": window["ledger_version"],
+            "body_sha256": hashlib.sha256(window["body"].encode()).hexdigest(),
+        },
+    )
     api.wait_for_proof(conversation, receipt["version"])
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     for name, viewport in (("desktop", DESKTOP), ("phone", PHONE)):
@@ -157,6 +172,10 @@ def test_screenshots_of_both_views(browser: Any, service: Service) -> None:
             page.select_option("#proof-turn", str(receipt["version"]))
             page.click("#verify-proof")
             page.locator('#proof-result[data-result="verified"]').wait_for()
+            page.locator('#checkpoint-check[data-result="verified"]').wait_for()
+            page.select_option("#receipt-turn", "t5")
+            page.click("#show-receipt")
+            page.locator('#stored-receipt[data-turn-id="t5"]').wait_for()
             inspector_shot = SCREENSHOTS / f"{service.store}-inspector-{name}.png"
             page.screenshot(path=str(inspector_shot), full_page=True)
             for shot in (sync_shot, inspector_shot):

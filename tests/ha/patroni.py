@@ -77,20 +77,41 @@ class PatroniCluster:
         raise RuntimeError(f"no leader after {timeout} s: {self.members()}")
 
     def healthy(self) -> bool:
+        """A leader, a synchronous standby and a replica run, both standbys on
+        the leader's timeline with a known lag.
+
+        The timeline matters: an old primary that comes back streams its old
+        timeline for a second or two before Patroni sees that it diverged and
+        rewinds it (restarting it). Killed during that, the next primary has
+        one standby left and, in strict synchronous mode, holds every commit
+        until a second one attaches: 7-13 s instead of 2-3 (docs/ha.md).
+        """
         members = self.members()
         roles = sorted(str(m["role"]) for m in members)
-        return roles == ["leader", "replica", "sync_standby"] and all(
-            m["state"] in ("running", "streaming") for m in members
+        leaders = [m for m in members if m["role"] == "leader"]
+        return (
+            roles == ["leader", "replica", "sync_standby"]
+            and all(m["state"] in ("running", "streaming") for m in members)
+            and all(m.get("timeline") == leaders[0].get("timeline") for m in members)
+            and all(isinstance(m.get("lag", 0), int) for m in members)
         )
 
-    def wait_healthy(self, timeout: float = 60.0) -> float:
-        """Seconds until a leader, a synchronous standby and a replica run."""
+    def wait_healthy(self, timeout: float = 60.0, steady: float = 2.0) -> float:
+        """Seconds until the cluster is `healthy()` and stays so for `steady`
+        seconds (Patroni publishes each member's state once a second)."""
         began = time.monotonic()
-        while not self.healthy():
-            if time.monotonic() - began > timeout:
+        since: float | None = None
+        while True:
+            now = time.monotonic()
+            if self.healthy():
+                since = now if since is None else since
+                if now - since >= steady:
+                    return now - began
+            else:
+                since = None
+            if now - began > timeout:
                 raise RuntimeError(f"not healthy after {timeout} s: {self.members()}")
             time.sleep(0.2)
-        return time.monotonic() - began
 
     def postmaster_pid(self, member: str) -> int:
         pidfile = self.data_dir(member) / "postmaster.pid"
