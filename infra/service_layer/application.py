@@ -13,8 +13,7 @@ the turns they return (projections/queries.py), never an aggregate.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 from uuid import UUID, uuid4
@@ -28,10 +27,7 @@ from eventsourcing.persistence import (
 )
 
 from turnledger.domain.conversation import (
-    Conversation,
-    TurnFacts,
     TurnStatus,
-    fold_key_id,
 )
 from turnledger.domain.errors import (
     InvalidInputError,
@@ -41,20 +37,25 @@ from turnledger.domain.parts import TurnParts
 from turnledger.domain.ports import TextVault
 from turnledger.domain.text import (
     DEFAULT_MAX_TURN_BYTES,
-    TextMetrics,
     check_expected_version,
     check_identifier,
     check_text,
     check_turn_size,
 )
 from turnledger.domain.transcodings import register_legacy_transcodings
-from turnledger.infra.service_layer.batch import Batch, BatchWriter, Write
+from turnledger.infra.service_layer.application_reads import ConversationReads
+from turnledger.infra.service_layer.batch import (
+    Batch,
+    BatchWriter,
+    Write,
+    recorded_with,
+)
 from turnledger.infra.service_layer.chain_mapper import (
     ChainedEventStore,
     ChainSealingMapper,
-    Event,
 )
 from turnledger.infra.service_layer.group_commit import GroupCommitter
+from turnledger.infra.service_layer.history_edits import deletion_run, fold_run
 from turnledger.infra.service_layer.purge import PurgeReport, PurgeRunner
 from turnledger.infra.service_layer.results import (
     DeletionReceipt,
@@ -62,29 +63,20 @@ from turnledger.infra.service_layer.results import (
     TurnReceipt,
     TurnRequest,
 )
+from turnledger.infra.service_layer.turn_requests import TurnRequests
 from turnledger.infra.service_layer.turn_writes import (
     TurnWrites,
     check_conversation_id,
-    check_window,
     turn_parts,
 )
-from turnledger.infra.service_layer.window_requests import project_requested
-from turnledger.projections.ledger_rows import (
-    ConversationRow,
-    RowChanges,
-    SummarySize,
-    project_events,
-)
-from turnledger.projections.policy import WindowPolicy
-from turnledger.projections.queries import ConversationQueries, FoldStatus
-from turnledger.projections.read_side import ReadSide, current_fold
+from turnledger.projections.queries import ConversationQueries
+from turnledger.projections.read_side import ReadSide
 from turnledger.projections.results import (
     MAX_HISTORY_PAGE,
     HistoryItem,
     HistoryPage,
     ProjectedWindow,
 )
-from turnledger.projections.tokens import TokenCounter
 
 if TYPE_CHECKING:  # infra.restore imports this module
     from turnledger.infra.restore import RestoreReport
@@ -101,7 +93,7 @@ __all__ = [
 ]
 
 
-class Conversations(Application[UUID]):
+class Conversations(ConversationReads, Application[UUID]):
     """The conversation ledger, for application services."""
 
     name = "Conversations"
@@ -156,6 +148,7 @@ class Conversations(Application[UUID]):
         # deletion record when it was opened (infra/restore.py).
         self.restore_report: RestoreReport | None = None
         self._turns = TurnWrites(self)
+        self._requests = TurnRequests(self._turns, self)
 
     @property
     def chained_events(self) -> ChainedEventStore:
@@ -208,7 +201,7 @@ class Conversations(Application[UUID]):
                 conversation_id: (row.version, row.head_digest)
                 for conversation_id, row in batch.heads.items()
             }
-            kwargs["with_digests"] = partial(_recorded_with, batch)
+            kwargs["with_digests"] = partial(recorded_with, batch)
         return super().save(*objs, **kwargs)
 
     def close(self) -> None:
@@ -257,7 +250,7 @@ class Conversations(Application[UUID]):
         is kept with the turn so an audit can prove what was sent.
         """
         receipt: TurnReceipt = self._submit(
-            self._confirmed_write(
+            self._requests.confirmed(
                 owner_id,
                 conversation_id,
                 turn_id=turn_id,
@@ -286,7 +279,7 @@ class Conversations(Application[UUID]):
         places: list[int] = []
         for request in requests:
             try:
-                writes.append(self._request_write(request))
+                writes.append(self._requests.request(request))
             except Exception as error:  # this request's refusal, in its place
                 outcomes.append(error)
             else:
@@ -301,88 +294,6 @@ class Conversations(Application[UUID]):
                 outcomes[place] = error
         assert all(outcome is not None for outcome in outcomes)
         return cast(list[TurnReceipt | Exception], outcomes)
-
-    def _request_write(self, request: TurnRequest) -> Write:
-        write = self._uncredentialed_write(request)
-        if request.credential is None:
-            return write
-        if not self.checks_credentials:
-            raise InvalidInputError(
-                "credential", "this ledger's store does not check credentials"
-            )
-        return replace(write, credential=request.credential)
-
-    def _uncredentialed_write(self, request: TurnRequest) -> Write:
-        if not isinstance(request, TurnRequest):
-            raise InvalidInputError("requests", "expected TurnRequest items")
-        if request.status == TurnStatus.CONFIRMED:
-            return self._confirmed_write(
-                request.owner_id,
-                request.conversation_id,
-                turn_id=request.turn_id,
-                question=request.question,
-                answer=request.answer,
-                parts=request.parts,
-                expected_version=request.expected_version,
-                window=self._requested_window(request),
-            )
-        if request.window is not None:
-            raise InvalidInputError(
-                "window", "only a confirmed turn keeps its window's receipt"
-            )
-        return self._abandoned_write(
-            request.owner_id,
-            request.conversation_id,
-            turn_id=request.turn_id,
-            outcome=request.status,
-            question=request.question,
-            partial_answer=request.answer,
-            parts=request.parts,
-            expected_version=request.expected_version,
-        )
-
-    def _requested_window(self, request: TurnRequest) -> ProjectedWindow | None:
-        """The window a request names, projected again (window_requests.py)."""
-        if request.window is None:
-            return None
-        question = (
-            request.parts.question if request.parts is not None else request.question
-        )
-        if not isinstance(question, str):
-            return None  # _confirmed_write refuses the turn itself
-        return project_requested(
-            self.queries,
-            request.owner_id,
-            request.conversation_id,
-            question,
-            request.window,
-        )
-
-    def _confirmed_write(
-        self,
-        owner_id: str,
-        conversation_id: UUID,
-        *,
-        turn_id: str,
-        question: str | None,
-        answer: str | None,
-        parts: TurnParts | None,
-        expected_version: int | None,
-        window: ProjectedWindow | None = None,
-    ) -> Write:
-        turn = turn_parts(question, answer, parts, answer_field="answer")
-        turn.check_complete()
-        if window is not None:
-            check_window(conversation_id, turn.question, window)
-        return self._turns.write(
-            owner_id,
-            conversation_id,
-            turn_id=turn_id,
-            status=TurnStatus.CONFIRMED,
-            turn=turn,
-            expected_version=expected_version,
-            window=window,
-        )
 
     def confirm_turns(
         self,
@@ -444,7 +355,7 @@ class Conversations(Application[UUID]):
         mid-tool: calls without results, an empty answer.
         """
         receipt: TurnReceipt = self._submit(
-            self._abandoned_write(
+            self._requests.abandoned(
                 owner_id,
                 conversation_id,
                 turn_id=turn_id,
@@ -456,40 +367,6 @@ class Conversations(Application[UUID]):
             )
         )
         return receipt
-
-    def _abandoned_write(
-        self,
-        owner_id: str,
-        conversation_id: UUID,
-        *,
-        turn_id: str,
-        outcome: TurnStatus | str,
-        question: str | None,
-        partial_answer: str | None,
-        parts: TurnParts | None,
-        expected_version: int | None,
-    ) -> Write:
-        try:
-            status = TurnStatus(outcome)
-        except ValueError:
-            status = None
-        if status not in (TurnStatus.FAILED, TurnStatus.STOPPED):
-            raise InvalidInputError("outcome", "must be 'failed' or 'stopped'")
-        assert status is not None
-        turn = turn_parts(
-            question,
-            "" if partial_answer is None and parts is None else partial_answer,
-            parts,
-            answer_field="partial_answer",
-        )
-        return self._turns.write(
-            owner_id,
-            conversation_id,
-            turn_id=turn_id,
-            status=status,
-            turn=turn,
-            expected_version=expected_version,
-        )
 
     def delete_history(
         self,
@@ -513,36 +390,12 @@ class Conversations(Application[UUID]):
                 )
             wanted = [check_identifier("turn_id", turn_id) for turn_id in turn_ids]
 
-        def run(conversation: Conversation, batch: Batch) -> tuple[list[str], int]:
-            read = self.read_side
-            facts: Mapping[str, TurnFacts]
-            if wanted is None:
-                rows = read.undeleted_turns(conversation.id)
-                facts = {row.turn_id: row.facts() for row in rows}
-                batch.turns.setdefault(conversation.id, {}).update(
-                    (row.turn_id, row) for row in rows
-                )
-            else:
-                facts = {
-                    turn_id: row.facts()
-                    for turn_id in wanted
-                    if (row := batch.turn(conversation.id, turn_id)) is not None
-                }
-            head = batch.heads[conversation.id]
-            live = [
-                fold.facts()
-                for fold in read.folds(conversation.id)
-                if fold.live_at(head.version)
-            ]
-            deleted = conversation.delete_history(
-                requested=wanted,
-                facts=facts,
-                live_folds=live,
-                deleted_by=actor,
-                expected_version=expected_version,
-            )
-            return deleted, conversation.version
-
+        run = deletion_run(
+            self.read_side,
+            wanted=wanted,
+            deleted_by=actor,
+            expected_version=expected_version,
+        )
         deleted, version = self._submit(
             Write(owner_id, conversation_id, run, turn_ids=tuple(wanted or ()))
         )
@@ -594,152 +447,23 @@ class Conversations(Application[UUID]):
                 "the ledger version the summary was made from (a positive integer)",
             )
         fold_id = check_identifier("fold_id", fold_id or uuid4().hex)
-        metrics = TextMetrics.of(summary)
-        key_id = fold_key_id(fold_id)
 
-        def run(conversation: Conversation, batch: Batch) -> FoldReceipt:
-            read = self.read_side
-            head_version = conversation.version
-            folds = read.folds(conversation.id)
-            through = batch.turn(conversation.id, covers_through_turn_id)
-            covered_eligible = 0
-            deleted_since: list[str] = []
-            if through is not None:
-                now = set(
-                    read.eligible_ids(
-                        conversation.id,
-                        first=0,
-                        last=through.position,
-                        as_of=head_version,
-                    )
-                )
-                covered_eligible = len(now)
-                if summarized_version is not None:
-                    before = read.eligible_ids(
-                        conversation.id,
-                        first=0,
-                        last=through.position,
-                        as_of=min(summarized_version, head_version),
-                    )
-                    deleted_since = [t for t in before if t not in now]
-            current = current_fold(folds, head_version)
-            data_key, new_key = self.vault.new_data_key(conversation.id, key_id)
-            conversation.record_fold(
-                fold_id=fold_id,
-                through=None if through is None else through.facts(),
-                covers_through_turn_id=covers_through_turn_id,
-                covered_eligible=covered_eligible,
-                current_fold=None if current is None else current.facts(),
-                fold_exists=any(f.fold_id == fold_id for f in folds),
-                deleted_since_summary=deleted_since,
-                sealed_summary=self.vault.seal_with(
-                    data_key,
-                    conversation.id,
-                    key_id,
-                    "summary",
-                    summary,
-                    owner_id=conversation.owner_id,
-                ),
-                summarized_version=summarized_version,
-                expected_version=expected_version,
-            )
-            if new_key is not None:
-                batch.keys.append(new_key)
-            batch.sizes.setdefault(conversation.id, {})[key_id] = SummarySize(
-                metrics.json_bytes, metrics.chars
-            )
-            return FoldReceipt(
-                conversation.id, fold_id, covers_through_turn_id, conversation.version
-            )
-
+        run = fold_run(
+            self.read_side,
+            self.vault,
+            fold_id=fold_id,
+            covers_through_turn_id=covers_through_turn_id,
+            summary=summary,
+            summarized_version=summarized_version,
+            expected_version=expected_version,
+        )
         result: FoldReceipt = self._submit(
             Write(owner_id, conversation_id, run, turn_ids=(covers_through_turn_id,))
         )
         return result
 
-    # Queries (the read side; see projections/queries.py) -----------------------
-
-    def get_conversation(self, owner_id: str, conversation_id: UUID) -> ConversationRow:
-        """The conversation's row: owner, version, counts (no turns)."""
-        return self.queries.get_conversation(owner_id, conversation_id)
-
-    def get_history(
-        self, owner_id: str, conversation_id: UUID, *, offset: int = 0, limit: int = 50
-    ) -> HistoryPage:
-        """One page of turns, oldest first, deleted ones as placeholders."""
-        return self.queries.get_history(
-            owner_id, conversation_id, offset=offset, limit=limit
-        )
-
-    def project_window(
-        self,
-        owner_id: str,
-        conversation_id: UUID,
-        *,
-        question: str,
-        system: str,
-        model: str,
-        max_bytes: int | None = None,
-        policy: WindowPolicy | None = None,
-        token_counter: TokenCounter | None = None,
-    ) -> ProjectedWindow:
-        """The request for `question` under `policy` (see projections/window.py).
-
-        Without a policy only `max_bytes` applies; with one, `max_bytes`, when
-        given, overrides the policy's. Reads only: nothing is written.
-        """
-        return self.queries.project_window(
-            owner_id,
-            conversation_id,
-            question=question,
-            system=system,
-            model=model,
-            max_bytes=max_bytes,
-            policy=policy,
-            token_counter=token_counter,
-        )
-
-    def get_fold_status(
-        self, owner_id: str, conversation_id: UUID, *, threshold_tokens: int
-    ) -> FoldStatus:
-        """Whether the turns after the current fold exceed `threshold_tokens`."""
-        return self.queries.get_fold_status(
-            owner_id, conversation_id, threshold_tokens=threshold_tokens
-        )
-
-    def get_fold_summary(self, owner_id: str, conversation_id: UUID) -> str | None:
-        """The text of the current fold, or None when there is none."""
-        return self.queries.get_fold_summary(owner_id, conversation_id)
-
     def _submit(self, write: Write) -> Any:
         return self._committer.submit(write)
-
-
-def _recorded_with(
-    batch: Batch, events: Sequence[Event], digests: Mapping[UUID, list[str]]
-) -> dict[str, Any]:
-    """What the recorder writes with a batch's events: the read-side rows
-    (projected from the events and the digests they were stored with), the
-    new keys and the credentials to check."""
-    changes = RowChanges()
-    by_conversation: dict[UUID, list[Event]] = {}
-    for new_event in events:
-        by_conversation.setdefault(new_event.originator_id, []).append(new_event)
-    for conversation_id, conversation_events in by_conversation.items():
-        changes = changes + project_events(
-            head=batch.heads.get(conversation_id),
-            events=conversation_events,
-            digests=digests[conversation_id],
-            sizes=batch.sizes.get(conversation_id, {}),
-            known_turns=batch.turns.get(conversation_id, {}),
-        )
-    batch.new_heads = {row.conversation_id: row for row in changes.conversations}
-    recorded: dict[str, Any] = {"read_side": changes}
-    if batch.keys:
-        recorded["new_keys"] = tuple(batch.keys)
-    if batch.credentials:  # only on stores that check them (_request_write)
-        recorded["credentials"] = tuple(sorted(batch.credentials))
-    return recorded
 
 
 def _is_read_side(recorder: object) -> bool:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
@@ -30,8 +30,15 @@ from turnledger.domain.errors import (
 )
 from turnledger.domain.parts import TurnParts
 from turnledger.domain.ports import NewKey
+from turnledger.infra.service_layer.chain_mapper import Event
 from turnledger.infra.service_layer.group_commit import Pending
-from turnledger.projections.ledger_rows import ConversationRow, SummarySize, TurnRow
+from turnledger.projections.ledger_rows import (
+    ConversationRow,
+    RowChanges,
+    SummarySize,
+    TurnRow,
+    project_events,
+)
 from turnledger.projections.read_side import ReadSide
 
 # How often a write is retried after losing a race to a writer in another
@@ -266,3 +273,30 @@ def aggregate_from_row(row: ConversationRow) -> Conversation:
         created_on=row.created_at,
         modified_on=row.modified_at,
     )
+
+
+def recorded_with(
+    batch: Batch, events: Sequence[Event], digests: Mapping[UUID, list[str]]
+) -> dict[str, Any]:
+    """What the recorder writes with a batch's events: the read-side rows
+    (projected from the events and the digests they were stored with), the
+    new keys and the credentials to check."""
+    changes = RowChanges()
+    by_conversation: dict[UUID, list[Event]] = {}
+    for new_event in events:
+        by_conversation.setdefault(new_event.originator_id, []).append(new_event)
+    for conversation_id, conversation_events in by_conversation.items():
+        changes = changes + project_events(
+            head=batch.heads.get(conversation_id),
+            events=conversation_events,
+            digests=digests[conversation_id],
+            sizes=batch.sizes.get(conversation_id, {}),
+            known_turns=batch.turns.get(conversation_id, {}),
+        )
+    batch.new_heads = {row.conversation_id: row for row in changes.conversations}
+    recorded: dict[str, Any] = {"read_side": changes}
+    if batch.keys:
+        recorded["new_keys"] = tuple(batch.keys)
+    if batch.credentials:  # only on stores that check them (_request_write)
+        recorded["credentials"] = tuple(sorted(batch.credentials))
+    return recorded
