@@ -169,6 +169,7 @@ class Listener:
     def __init__(self, base_url: str, token: str) -> None:
         self.client = Client(base_url, token)
         self.arrived: dict[str, float] = {}
+        self.answers = 0  # long-poll answers received, empty ones included
         self._cursor = head_cursor(self.client)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -185,6 +186,7 @@ class Listener:
         while not self._stop.is_set():
             page = self.client.sync(since=self._cursor, timeout=2, limit=1000)
             now = time.perf_counter()
+            self.answers += 1
             self._cursor = page.next_cursor
             for change in page.changes:
                 turn_id = getattr(change, "turn_id", None)
@@ -199,9 +201,10 @@ def write_round(
     listener_tokens: list[str],
     turns_per_device: int,
     tag: str,
-) -> tuple[float, float, list[float]]:
-    """Turns/s of the writers, service CPU per turn, and write -> listener
-    latencies (none without listener tokens)."""
+) -> tuple[float, float, list[float], float]:
+    """Turns/s of the writers, service CPU per turn, write -> listener
+    latencies (none without listener tokens), and long-poll answers per turn
+    (of all listeners together)."""
     conversations = [w.start_conversation().conversation_id for w in writers]
     listeners = [Listener(base_url, token) for token in listener_tokens]
     for listener in listeners:
@@ -230,6 +233,7 @@ def write_round(
             break
         time.sleep(0.05)
     latencies = []
+    answers = sum(listener.answers for listener in listeners)
     for listener in listeners:
         missing = acked.keys() - listener.arrived.keys()
         if missing:
@@ -237,7 +241,7 @@ def write_round(
         latencies += [listener.arrived[t] - acked[t] for t in acked]
         listener.stop()
     turns = WRITERS * turns_per_device
-    return turns / elapsed, cpu / turns, latencies
+    return turns / elapsed, cpu / turns, latencies, answers / turns
 
 
 def start_profile(pid: int, output: str) -> subprocess.Popen[bytes] | None:
@@ -249,7 +253,9 @@ def start_profile(pid: int, output: str) -> subprocess.Popen[bytes] | None:
     form = "flamegraph" if output.endswith(".svg") else "raw"
     return subprocess.Popen(
         [py_spy, "record", "--pid", str(pid), "--output", output]
-        + ["--format", form, "--rate", "200", "--threads"],
+        # Only the thread holding the GIL: where the service's CPU goes,
+        # not the threads waiting for a connection or the lock.
+        + ["--format", form, "--rate", "200", "--threads", "--gil"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -301,14 +307,14 @@ def main() -> int:
         alone: list[float] = []
         for number in range(arguments.rounds):
             wait_until_idle(process.pid)
-            _, cpu_alone, _ = write_round(
+            _, cpu_alone, _, _ = write_round(
                 process, base_url, writers, [], arguments.turns_per_device, f"a{number}"
             )
             alone.append(cpu_alone)
             wait_until_idle(process.pid)
             if arguments.profile and profile is None:
                 profile = start_profile(process.pid, arguments.profile)
-            rate, cpu, latencies = write_round(
+            rate, cpu, latencies, answers = write_round(
                 process,
                 base_url,
                 writers,
@@ -326,7 +332,8 @@ def main() -> int:
                 f"listeners, raw {raw:.0f}/s, ratio {rate / raw:.3f}; CPU/turn "
                 f"{cpu * 1000:.2f} ms (no listeners {cpu_alone * 1000:.2f} ms); "
                 f"write -> device median {percentile(latencies, 0.5) * 1000:.1f} "
-                f"ms, p99 {percentile(latencies, 0.99) * 1000:.1f} ms",
+                f"ms, p99 {percentile(latencies, 0.99) * 1000:.1f} ms; "
+                f"{answers:.2f} long-poll answers per turn",
                 flush=True,
             )
         for writer in writers:

@@ -13,12 +13,12 @@ module removes all three and *verifies* it before reporting complete:
    snapshot, VACUUM's own included, treats them as running), prepared
    transactions, standbys' feedback and replication slots.
 2. **Rewrite.** `VACUUM (FULL, VERBOSE)` of the partitions the purge deleted
-   from, and of the read side's turn and fold tables (their old row versions
-   hold the sizes the deletion erased), under a `lock_timeout`: a session
-   holding a lock on one makes compaction give up and stay pending rather
-   than queue every key read and write behind it. The server's own report
-   ("N dead row versions cannot be removed yet") is the verification:
-   anything but 0 leaves it pending.
+   from, and of the same partitions of the read side's turn and fold tables
+   (their old row versions hold the sizes the deletion erased), under a
+   `lock_timeout`: a session holding a lock on one makes compaction give up
+   and stay pending rather than queue every key read and write behind it.
+   The server's own report ("N dead row versions cannot be removed yet") is
+   the verification: anything but 0 leaves it pending.
 3. **WAL.** With `wal_recycle = off`, segments the server no longer needs are
    unlinked, not renamed with their contents. The purge records the highest
    segment present after the rewrite; every segment up to that one may hold
@@ -68,7 +68,18 @@ _LEADING_COUNT = re.compile(r"^\s*(\d+)")
 
 # The read side's tables whose rows held sizes a deletion erased: the row
 # versions from before the erasure stay in their files until rewritten.
+# Partitioned as the key table is (infra/migrations/ledger.py, step 5): a
+# conversation's rows sit in the partition numbered as its keys'.
 READ_SIDE_SIZE_TABLES = ("conversation_turns", "conversation_folds")
+
+
+def read_side_relations(key_partitions: Collection[str]) -> list[str]:
+    """The read side's partitions that hold the rows of the conversations
+    whose keys are in `key_partitions` ("turn_keys_p07" -> "..._p07")."""
+    suffixes = sorted({name.rsplit("_", 1)[-1] for name in key_partitions})
+    return [
+        f"{table}_{suffix}" for table in READ_SIDE_SIZE_TABLES for suffix in suffixes
+    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,7 +232,7 @@ class KeyCompaction:
         # The key partitions, then the read side's tables whose old row
         # versions hold the deleted texts' sizes: before the WAL position is
         # recorded, so the WAL that logged those rows is cleared too.
-        relations = [*sorted(partitions), *READ_SIDE_SIZE_TABLES]
+        relations = [*sorted(partitions), *read_side_relations(partitions)]
         try:
             for relname in relations:
                 counts.clear()
@@ -235,7 +246,7 @@ class KeyCompaction:
         except errors.LockNotAvailable:
             return (
                 f"lock: another session holds a lock on a key partition or a "
-                f"read-side table (waited {lock_timeout_ms} ms)",
+                f"read-side partition (waited {lock_timeout_ms} ms)",
             )
         finally:
             connection.execute("RESET lock_timeout")
