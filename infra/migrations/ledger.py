@@ -226,7 +226,7 @@ def _postgres_no_size_statistics(cursor: Any, names: StoreNames) -> None:
 # The tables step 5 partitions: their columns as steps 1 and 2 left them,
 # and their unique keys (named apart from the unpartitioned table's, which
 # the new one replaces within the step).
-_PARTITIONED: dict[str, tuple[tuple[str, ...], str]] = {
+PARTITIONED_READ_SIDE: dict[str, tuple[tuple[str, ...], str]] = {
     "conversation_turns": (
         (
             "conversation_id uuid NOT NULL",
@@ -286,7 +286,7 @@ def _is_partitioned(cursor: Any, schema: str, table: str) -> bool:
 def _postgres_partitioned(cursor: Any, names: StoreNames) -> None:
     """Hash partitions by conversation, the key table's modulus and hash, so
     a conversation's rows sit in the partition numbered as its keys'."""
-    for table, (columns, keys) in _PARTITIONED.items():
+    for table, (columns, keys) in PARTITIONED_READ_SIDE.items():
         if _is_partitioned(cursor, names.schema, table):
             continue
         staged = names.table(f"{table}_partitioned")
