@@ -331,14 +331,16 @@ class KeyCompaction:
         checkpointing = False
         # With several hosts a standby may hold the segments the primary no
         # longer has (an old primary rewound): its restartpoint needs a new
-        # checkpoint from the primary to drop them.
+        # checkpoint from the primary to drop them. A member that is away is
+        # not verified anyway; forcing WAL out would only keep it from
+        # catching up when it is back.
+        several = bool(wal_members.members(self._conninfo))
+        away = wal_members.away(self._conninfo) if several else []
         if (
             not config
             and privileges.can_force
-            and (
-                wal.segments_up_to(connection, target)
-                or wal_members.members(self._conninfo)
-            )
+            and not away
+            and (several or wal.segments_up_to(connection, target))
         ):
             wal.move_past(connection, target)
             checkpointing = not self._checkpoint(
@@ -355,6 +357,11 @@ class KeyCompaction:
         if not remaining and not unverifiable and not members:
             return ()
         holds = list(config) + members
+        if away:
+            holds.append(
+                f"not forced out while {', '.join(away)} cannot catch up "
+                "without it (down, or not streaming)"
+            )
         if remaining and checkpointing:
             holds.append(
                 "a CHECKPOINT is removing the segments; it completes in the background"

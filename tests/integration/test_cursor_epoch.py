@@ -286,6 +286,13 @@ def test_a_restore_with_no_deletion_since_the_backup_is_found_by_the_served_mark
     backups.restore()
 
     caplog.set_level("WARNING", logger="turnledger")
+    # A read-only opening warns and changes nothing; the next opening that
+    # writes begins the epoch.
+    reader = open_conversations(settings, read_only=True)
+    reader.close()
+    warned = [r.getMessage() for r in caplog.records]
+    assert any("WARNING" in m and "rolled back" in m for m in warned), warned
+    caplog.clear()
     reopened = open_conversations(settings)
     try:
         report = reopened.restore_report
