@@ -37,7 +37,11 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 from uuid import UUID
 
-from agents.memory.session_settings import SessionSettings, resolve_session_limit
+from agents.memory.session_settings import (
+    SessionSettings,
+    coerce_session_settings,
+    resolve_session_limit,
+)
 
 from turnledger.domain.errors import InvalidInputError
 from turnledger.domain.parts import (
@@ -79,10 +83,16 @@ class TurnLedgerSession:
         model: str = "gpt-4o-mini",
         system: str = "",
         token_counter: TokenCounter | None = None,
-        session_settings: SessionSettings | None = None,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
     ) -> None:
         self.session_id = str(conversation_id)
-        self.session_settings = session_settings
+        # As SQLiteSession: a dict is checked and made SessionSettings (an
+        # unknown key is a TypeError), and no settings are SessionSettings().
+        self.session_settings = (
+            SessionSettings()
+            if session_settings is None
+            else coerce_session_settings(session_settings)
+        )
         self.conversation_id = conversation_id
         self.policy = (policy or WindowPolicy()).model_copy(
             update={"wire_format": "openai-responses"}
