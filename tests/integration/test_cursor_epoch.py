@@ -19,6 +19,7 @@ import pytest
 from fastapi.testclient import TestClient
 from psycopg import sql
 
+from tests.integration.restore_paths import cli
 from turnledger.domain.errors import CursorExpiredError
 from turnledger.infra.client.errors import Context, error_from_body, parse_error_body
 from turnledger.infra.http.app import create_app
@@ -359,3 +360,23 @@ def _turns_through(app: Any, conversation_id: UUID, ids: list[str]) -> None:
         app.state.service.ledger.confirm_turn(
             OWNER, conversation_id, turn_id=turn_id, question="q", answer="a"
         )
+
+
+def test_restore_check_reports_a_rollback_with_no_deletion_since(
+    tmp_path: Path,
+) -> None:
+    backups = _sqlite(tmp_path)
+    settings = backups.settings
+    ledger = open_conversations(settings)
+    conversation_id = ledger.start_conversation(OWNER)
+    ledger.close()
+    backups.take()
+    _turns(settings, conversation_id, ["t1", "t2"])
+    open_conversations(settings).close()  # an opening marks the log's head
+    backups.restore()
+    done = cli(settings, "restore-check")
+    assert done.returncode == 0, done.stderr
+    assert "restored from an older backup or rolled back" in done.stdout
+    assert "a new cursor epoch began" in done.stdout
+    again = cli(settings, "restore-check")
+    assert "agrees with the deletion record" in again.stdout
