@@ -22,6 +22,10 @@ then measures, with the project's own client library (httpx):
    long-polling device (median, p99). `--rounds` rounds, each with its
    baseline; the median ratio is reported.
 
+3. one sync request: the service's CPU per `GET /v1/sync` (caught up, and
+   with 5 changes) on the short path and through FastAPI's route,
+   alternating, `--rounds` times 200 requests each.
+
 `--profile FILE` also records the service during the first round of part 2
 with listeners, with py-spy when it is installed (`pip install py-spy`): a
 flame graph if FILE ends in .svg, collapsed stacks otherwise.
@@ -45,6 +49,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 from sync_bench import (
     cpu_seconds,
     drop_schema,
@@ -169,6 +174,7 @@ class Listener:
     def __init__(self, base_url: str, token: str) -> None:
         self.client = Client(base_url, token)
         self.arrived: dict[str, float] = {}
+        self.answers = 0  # long-poll answers received, empty ones included
         self._cursor = head_cursor(self.client)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -185,6 +191,7 @@ class Listener:
         while not self._stop.is_set():
             page = self.client.sync(since=self._cursor, timeout=2, limit=1000)
             now = time.perf_counter()
+            self.answers += 1
             self._cursor = page.next_cursor
             for change in page.changes:
                 turn_id = getattr(change, "turn_id", None)
@@ -199,9 +206,10 @@ def write_round(
     listener_tokens: list[str],
     turns_per_device: int,
     tag: str,
-) -> tuple[float, float, list[float]]:
-    """Turns/s of the writers, service CPU per turn, and write -> listener
-    latencies (none without listener tokens)."""
+) -> tuple[float, float, list[float], float]:
+    """Turns/s of the writers, service CPU per turn, write -> listener
+    latencies (none without listener tokens), and long-poll answers per turn
+    (of all listeners together)."""
     conversations = [w.start_conversation().conversation_id for w in writers]
     listeners = [Listener(base_url, token) for token in listener_tokens]
     for listener in listeners:
@@ -230,6 +238,7 @@ def write_round(
             break
         time.sleep(0.05)
     latencies = []
+    answers = sum(listener.answers for listener in listeners)
     for listener in listeners:
         missing = acked.keys() - listener.arrived.keys()
         if missing:
@@ -237,7 +246,44 @@ def write_round(
         latencies += [listener.arrived[t] - acked[t] for t in acked]
         listener.stop()
     turns = WRITERS * turns_per_device
-    return turns / elapsed, cpu / turns, latencies
+    return turns / elapsed, cpu / turns, latencies, answers / turns
+
+
+def sync_request_cpu(
+    process: subprocess.Popen[bytes], base_url: str, token: str, rounds: int
+) -> None:
+    """Service CPU per `GET /v1/sync`, on the short path (infra/http/
+    sync_path.py) and through FastAPI's route (an extra query parameter,
+    which the route ignores, sends it there), alternating in one run."""
+    writer = Client(base_url, token)
+    conversation = writer.start_conversation().conversation_id
+    for n in range(OWN_CHANGES - 1):
+        writer.put_turn(conversation, f"cpu-{n}", question="q", answer="a")
+    cursor = head_cursor(writer)
+    writer.close()
+    requests = {
+        "empty (caught up)": f"/v1/sync?since={cursor}",
+        f"{OWN_CHANGES} changes": f"/v1/sync?limit={OWN_CHANGES}",
+    }
+    per_request = 200
+    with httpx.Client(
+        base_url=base_url, headers={"Authorization": f"Bearer {token}"}
+    ) as http:
+        for name, path in requests.items():
+            cpu: dict[str, list[float]] = {"short path": [], "route": []}
+            for _ in range(rounds):
+                for way, url in (("short path", path), ("route", path + "&via=route")):
+                    before = cpu_seconds(process.pid)
+                    for _ in range(per_request):
+                        http.get(url).raise_for_status()
+                    cpu[way].append((cpu_seconds(process.pid) - before) / per_request)
+            short, route = (statistics.median(cpu[w]) for w in ("short path", "route"))
+            print(
+                f"  sync request, {name}: service CPU {short * 1000:.2f} ms on the "
+                f"short path, {route * 1000:.2f} ms through the route "
+                f"(medians of {rounds} x {per_request})",
+                flush=True,
+            )
 
 
 def start_profile(pid: int, output: str) -> subprocess.Popen[bytes] | None:
@@ -249,7 +295,9 @@ def start_profile(pid: int, output: str) -> subprocess.Popen[bytes] | None:
     form = "flamegraph" if output.endswith(".svg") else "raw"
     return subprocess.Popen(
         [py_spy, "record", "--pid", str(pid), "--output", output]
-        + ["--format", form, "--rate", "200", "--threads"],
+        # Only the thread holding the GIL: where the service's CPU goes,
+        # not the threads waiting for a connection or the lock.
+        + ["--format", form, "--rate", "200", "--threads", "--gil"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -301,14 +349,14 @@ def main() -> int:
         alone: list[float] = []
         for number in range(arguments.rounds):
             wait_until_idle(process.pid)
-            _, cpu_alone, _ = write_round(
+            _, cpu_alone, _, _ = write_round(
                 process, base_url, writers, [], arguments.turns_per_device, f"a{number}"
             )
             alone.append(cpu_alone)
             wait_until_idle(process.pid)
             if arguments.profile and profile is None:
                 profile = start_profile(process.pid, arguments.profile)
-            rate, cpu, latencies = write_round(
+            rate, cpu, latencies, answers = write_round(
                 process,
                 base_url,
                 writers,
@@ -326,7 +374,8 @@ def main() -> int:
                 f"listeners, raw {raw:.0f}/s, ratio {rate / raw:.3f}; CPU/turn "
                 f"{cpu * 1000:.2f} ms (no listeners {cpu_alone * 1000:.2f} ms); "
                 f"write -> device median {percentile(latencies, 0.5) * 1000:.1f} "
-                f"ms, p99 {percentile(latencies, 0.99) * 1000:.1f} ms",
+                f"ms, p99 {percentile(latencies, 0.99) * 1000:.1f} ms; "
+                f"{answers:.2f} long-poll answers per turn",
                 flush=True,
             )
         for writer in writers:
@@ -340,6 +389,8 @@ def main() -> int:
             f"{statistics.median(r.cpu_per_turn for r in rounds) * 1000:.2f} ms, "
             f"without {statistics.median(alone) * 1000:.2f} ms"
         )
+        print(f"part 3: one sync request ({time.strftime('%H:%M:%S')} UTC)")
+        sync_request_cpu(process, base_url, tokens[0], arguments.rounds)
     finally:
         process.terminate()
         process.wait(timeout=60)

@@ -13,12 +13,12 @@ module removes all three and *verifies* it before reporting complete:
    snapshot, VACUUM's own included, treats them as running), prepared
    transactions, standbys' feedback and replication slots.
 2. **Rewrite.** `VACUUM (FULL, VERBOSE)` of the partitions the purge deleted
-   from, and of the read side's turn and fold tables (their old row versions
-   hold the sizes the deletion erased), under a `lock_timeout`: a session
-   holding a lock on one makes compaction give up and stay pending rather
-   than queue every key read and write behind it. The server's own report
-   ("N dead row versions cannot be removed yet") is the verification:
-   anything but 0 leaves it pending.
+   from, and of the same partitions of the read side's turn and fold tables
+   (their old row versions hold the sizes the deletion erased), under a
+   `lock_timeout`: a session holding a lock on one makes compaction give up
+   and stay pending rather than queue every key read and write behind it.
+   The server's own report ("N dead row versions cannot be removed yet") is
+   the verification: anything but 0 leaves it pending.
 3. **WAL.** With `wal_recycle = off`, segments the server no longer needs are
    unlinked, not renamed with their contents. The purge records the highest
    segment present after the rewrite; every segment up to that one may hold
@@ -51,6 +51,7 @@ from psycopg import errors, sql
 from psycopg_pool import ConnectionPool
 
 from turnledger.infra import wal, wal_members
+from turnledger.infra.migrations.ledger import read_side_partition
 from turnledger.infra.migrations.stores import KEY_COMPACTION_TABLE
 from turnledger.infra.pool_queries import fetch_one
 
@@ -68,7 +69,20 @@ _LEADING_COUNT = re.compile(r"^\s*(\d+)")
 
 # The read side's tables whose rows held sizes a deletion erased: the row
 # versions from before the erasure stay in their files until rewritten.
+# Partitioned by the key table's hash (infra/migrations/ledger.py, step 5).
 READ_SIDE_SIZE_TABLES = ("conversation_turns", "conversation_folds")
+
+
+def read_side_relations(key_partitions: Collection[str]) -> list[str]:
+    """The read side's partitions that hold the rows of the conversations
+    whose keys are in `key_partitions`."""
+    return sorted(
+        {
+            read_side_partition(table, name)
+            for table in READ_SIDE_SIZE_TABLES
+            for name in key_partitions
+        }
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,7 +235,7 @@ class KeyCompaction:
         # The key partitions, then the read side's tables whose old row
         # versions hold the deleted texts' sizes: before the WAL position is
         # recorded, so the WAL that logged those rows is cleared too.
-        relations = [*sorted(partitions), *READ_SIDE_SIZE_TABLES]
+        relations = [*sorted(partitions), *read_side_relations(partitions)]
         try:
             for relname in relations:
                 counts.clear()
@@ -235,7 +249,7 @@ class KeyCompaction:
         except errors.LockNotAvailable:
             return (
                 f"lock: another session holds a lock on a key partition or a "
-                f"read-side table (waited {lock_timeout_ms} ms)",
+                f"read-side partition (waited {lock_timeout_ms} ms)",
             )
         finally:
             connection.execute("RESET lock_timeout")
@@ -317,14 +331,16 @@ class KeyCompaction:
         checkpointing = False
         # With several hosts a standby may hold the segments the primary no
         # longer has (an old primary rewound): its restartpoint needs a new
-        # checkpoint from the primary to drop them.
+        # checkpoint from the primary to drop them. A member that is away is
+        # not verified anyway; forcing WAL out would only keep it from
+        # catching up when it is back.
+        several = bool(wal_members.members(self._conninfo))
+        away = wal_members.away(self._conninfo) if several else []
         if (
             not config
             and privileges.can_force
-            and (
-                wal.segments_up_to(connection, target)
-                or wal_members.members(self._conninfo)
-            )
+            and not away
+            and (several or wal.segments_up_to(connection, target))
         ):
             wal.move_past(connection, target)
             checkpointing = not self._checkpoint(
@@ -341,6 +357,11 @@ class KeyCompaction:
         if not remaining and not unverifiable and not members:
             return ()
         holds = list(config) + members
+        if away:
+            holds.append(
+                f"not forced out while {', '.join(away)} cannot catch up "
+                "without it (down, or not streaming)"
+            )
         if remaining and checkpointing:
             holds.append(
                 "a CHECKPOINT is removing the segments; it completes in the background"

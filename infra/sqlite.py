@@ -93,6 +93,7 @@ class SQLiteKeyStore(KeyStore):
         opened read-only and no table is created. `events_path`: the event
         log's file, whose WAL compaction truncates too."""
         self._events_path = None if events_path is None else Path(events_path)
+        self._holds: tuple[str, ...] = ()  # why this process's last run stayed pending
         target = f"file:{Path(path).resolve()}?mode=ro" if read_only else str(path)
         self._connection = sqlite3.connect(
             target,
@@ -193,10 +194,22 @@ class SQLiteKeyStore(KeyStore):
                 "WHERE application_name = ?",
                 (application_name,),
             ).fetchone()
-            if row is None or not self._checkpoint():
+            if row is None:
+                return False
+            if not self._checkpoint():
+                self._holds = (
+                    "another connection reads the key file on an older snapshot: "
+                    "its WAL could not be truncated",
+                )
                 return False
             if not self._checkpoint_events():
+                self._holds = (
+                    f"another connection reads {self._events_path} on an older "
+                    "snapshot: its WAL (old read-side rows, sizes included) could "
+                    "not be truncated",
+                )
                 return False
+            self._holds = ()
             self._connection.execute(
                 "UPDATE key_purge_tracking SET compacted_id = max(compacted_id, ?) "
                 "WHERE application_name = ?",
@@ -205,6 +218,9 @@ class SQLiteKeyStore(KeyStore):
             # Leave the WAL empty again (it now holds only the tracking page).
             self._checkpoint()
             return True
+
+    def compaction_holds(self, application_name: str) -> tuple[str, ...]:
+        return self._holds
 
     def close(self) -> None:
         with self._lock:

@@ -32,11 +32,16 @@ from __future__ import annotations
 import asyncio
 import json
 import mimetypes
-from collections.abc import Mapping
-from typing import Any
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 from uuid import UUID
 
-from agents.memory.session_settings import SessionSettings, resolve_session_limit
+from agents.memory.session_settings import (
+    SessionSettings,
+    coerce_session_settings,
+    resolve_session_limit,
+)
 
 from turnledger.domain.errors import InvalidInputError
 from turnledger.domain.parts import (
@@ -60,6 +65,8 @@ from turnledger.projections.policy import WindowPolicy
 from turnledger.projections.tokens import TokenCounter
 from turnledger.projections.turn_shapes import openai_responses_turn
 
+_T = TypeVar("_T")
+
 
 class TurnLedgerSession:
     """A `Session` (agents.memory.Session) keeping its history in turnledger."""
@@ -76,10 +83,16 @@ class TurnLedgerSession:
         model: str = "gpt-4o-mini",
         system: str = "",
         token_counter: TokenCounter | None = None,
-        session_settings: SessionSettings | None = None,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
     ) -> None:
         self.session_id = str(conversation_id)
-        self.session_settings = session_settings
+        # As SQLiteSession: a dict is checked and made SessionSettings (an
+        # unknown key is a TypeError), and no settings are SessionSettings().
+        self.session_settings = (
+            SessionSettings()
+            if session_settings is None
+            else coerce_session_settings(session_settings)
+        )
         self.conversation_id = conversation_id
         self.policy = (policy or WindowPolicy()).model_copy(
             update={"wire_format": "openai-responses"}
@@ -88,16 +101,20 @@ class TurnLedgerSession:
         self.system = system
         self.token_counter = token_counter
         self.turns: TurnRecorder[Any] = TurnRecorder(ledger, owner_id, conversation_id)
-        self._lock = asyncio.Lock()
+        # A thread lock, taken in the worker thread each call runs in: the SDK
+        # may call one session from several threads, each with its own event
+        # loop (an asyncio lock belongs to one loop), and a batch of items
+        # must go into the open turn whole.
+        self._lock = threading.Lock()
 
     @property
     def ledger(self) -> Conversations:
         return self.turns.ledger
 
     async def get_items(self, limit: int | None = None) -> list[Any]:
-        async with self._lock:
-            window = await asyncio.to_thread(self.window_items)
-            items = window + self.turns.pending_items()
+        items = await self._locked(
+            lambda: self.window_items() + self.turns.pending_items()
+        )
         # As the SDK's own sessions: an explicit limit, else the settings'.
         limit = resolve_session_limit(limit, self.session_settings)
         if limit is None:
@@ -105,16 +122,22 @@ class TurnLedgerSession:
         return items[-limit:] if limit > 0 else []
 
     async def add_items(self, items: list[Any]) -> None:
-        async with self._lock:
-            await asyncio.to_thread(self._add, items)
+        await self._locked(lambda: self._add(items))
 
     async def pop_item(self) -> Any | None:
-        async with self._lock:
-            return await asyncio.to_thread(self.turns.pop, _responses_items)
+        return await self._locked(lambda: self.turns.pop(_responses_items))
 
     async def clear_session(self) -> None:
-        async with self._lock:
-            await asyncio.to_thread(self.turns.clear)
+        await self._locked(self.turns.clear)
+
+    async def _locked(self, work: Callable[[], _T]) -> _T:
+        """`work` in a worker thread, holding the session's lock there."""
+
+        def run() -> _T:
+            with self._lock:
+                return work()
+
+        return await asyncio.to_thread(run)
 
     def window_items(self) -> list[Any]:
         """The window's history items: the body's `input` without the question."""

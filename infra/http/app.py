@@ -39,6 +39,7 @@ from turnledger.infra.http.errors import install_error_handlers
 from turnledger.infra.http.limits import BodySizeLimit, HeadSizeLimit
 from turnledger.infra.http.notifier import LogFollower, Poller, PostgresListener
 from turnledger.infra.http.service import Service
+from turnledger.infra.http.sync_path import SyncReadPath
 from turnledger.infra.http.turn_route import TurnWritePath
 from turnledger.infra.persistence import master_key, open_conversations, open_replica
 from turnledger.infra.process_hardening import disable_core_dumps
@@ -223,9 +224,11 @@ def create_app(
             else {"Retry-After": str(settings.http_retry_after_seconds)},
         )
 
-    # Added first, so it runs innermost: inside every limit and the outage
-    # guard, ahead of FastAPI's routing, for turn writes that need none of it.
+    # Added first, so they run innermost: inside every limit and the outage
+    # guard, ahead of FastAPI's routing, for turn writes and sync reads that
+    # need none of it.
     app.add_middleware(TurnWritePath)
+    app.add_middleware(SyncReadPath)
     app.add_middleware(
         BodySizeLimit,
         max_bytes=settings.http_max_body_bytes,

@@ -95,17 +95,40 @@ async def sync(
     limit: Annotated[int, Query(ge=1, le=SYNC_LIMIT_MAX)] = 100,
     wal_position: ClientPosition = None,
 ) -> Response:
+    # Well-formed requests are answered before routing (SyncReadPath), by
+    # the same function; this route answers the others and documents them.
+    return await answer_sync(
+        service,
+        device,
+        SyncQuery(since, timeout, limit, wal_position),
+        request.receive,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class SyncQuery:
+    since: str | None
+    timeout: float
+    limit: int
+    wal_position: str | None
+
+
+async def answer_sync(
+    service: Service, device: Device, query: SyncQuery, receive: Receive
+) -> Response:
+    """The answer to a sync request of `device` (both ways in)."""
     user_id = device.user_id
     position, wal = (0, 0)
     epoch = epoch_of(service.ledger)  # a restore voids older cursors
-    if since is not None:
-        position, wal = service.cursors.decode_at(user_id, since, epoch)
-    wal = max(wal, service.required_position(device, wal_position))
-    wait = min(timeout, service.settings.sync_max_wait_seconds)
+    if query.since is not None:
+        position, wal = service.cursors.decode_at(user_id, query.since, epoch)
+    wal = max(wal, service.required_position(device, query.wal_position))
+    wait = min(query.timeout, service.settings.sync_max_wait_seconds)
+    limit = query.limit
     if wait > 0 and not service.signals.closing:
         with service.signals.waiting(user_id, device.device_id):
             read = await _read_or_wait(
-                service, device, position, wal, wait, limit, request.receive
+                service, device, position, wal, wait, limit, receive
             )
     else:
         read = await run_in_threadpool(_pull, service, user_id, position, wal, limit)

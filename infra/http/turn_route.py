@@ -67,7 +67,7 @@ class TurnWritePath:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         match = (
-            _PATH.fullmatch(_route_path(scope))
+            _PATH.fullmatch(route_path(scope))
             if scope["type"] == "http" and scope["method"] == "PUT"
             else None
         )
@@ -84,7 +84,7 @@ class TurnWritePath:
         try:
             response = await _write(scope, parsed)
         except Exception as error:
-            response = await _answer_error(scope, error)
+            response = await answer_error(scope, error)
         await response(scope, receive, send)
 
 
@@ -133,7 +133,7 @@ async def record_turn(
     return receipt_out, service.position_headers(device, at)
 
 
-async def _answer_error(scope: Scope, error: Exception) -> Response:
+async def answer_error(scope: Scope, error: Exception) -> Response:
     """The application's answer to `error`: the handler registered for the
     nearest of its classes (what Starlette's exception middleware looks up),
     or the error raised on to the server-error middleware if there is none."""
@@ -184,7 +184,7 @@ async def _read_body(receive: Receive) -> bytes | None:
             return b"".join(chunks)
 
 
-def _route_path(scope: Scope) -> str:
+def route_path(scope: Scope) -> str:
     """The path the application's routes match: without the root path the
     server was started with, as Starlette's router takes it off."""
     path: str = scope["path"]

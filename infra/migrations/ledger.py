@@ -5,7 +5,11 @@
    turn, in rows written before);
 3. the per-user feed index (infra/owner_feed.py), built from the log;
 4. no statistics of the size columns (PostgreSQL): ANALYZE would copy sample
-   sizes, deleted turns' included, into pg_statistic, which no purge rewrites.
+   sizes, deleted turns' included, into pg_statistic, which no purge rewrites;
+5. turn and fold rows hash-partitioned by conversation (PostgreSQL), as the
+   key table is: the purge rewrites the partitions of the conversations it
+   deleted from (their dead row versions hold the erased sizes), not the
+   whole table.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from turnledger.infra.migrations.runner import (
     sqlite_column_exists,
     sqlite_table_exists,
 )
+from turnledger.infra.migrations.stores import KEY_PARTITIONS
 from turnledger.infra.owner_feed import (
     OWNER_FEED_TABLE,
     SQLITE_OWNER_FEED_TABLE,
@@ -104,11 +109,17 @@ def _sqlite_no_size_statistics(cursor: Any, names: StoreNames) -> None:
     del cursor, names
 
 
+def _sqlite_partitioned(cursor: Any, names: StoreNames) -> None:
+    # SQLite has no partitions: the purge checkpoints the file's WAL instead.
+    del cursor, names
+
+
 SQLITE_STEPS = (
     Step(1, "read side: conversation heads, turn rows, fold rows", _sqlite_read_side),
     Step(2, "turn rows: parts sizes", _sqlite_parts_sizes),
     Step(3, "per-user feed index, built from the log", _sqlite_owner_feed),
     Step(4, "no statistics of the size columns", _sqlite_no_size_statistics),
+    Step(5, "turn and fold rows partitioned by conversation", _sqlite_partitioned),
 )
 
 # PostgreSQL --------------------------------------------------------------------
@@ -212,9 +223,127 @@ def _postgres_no_size_statistics(cursor: Any, names: StoreNames) -> None:
         cursor.execute(sql.SQL("ALTER TABLE {} {}").format(names.table(table), changes))
 
 
+# The tables step 5 partitions: their columns as steps 1 and 2 left them,
+# and their unique keys (named apart from the unpartitioned table's, which
+# the new one replaces within the step).
+PARTITIONED_READ_SIDE: dict[str, tuple[tuple[str, ...], str]] = {
+    "conversation_turns": (
+        (
+            "conversation_id uuid NOT NULL",
+            "recorded_at timestamptz NOT NULL",
+            "deleted_at timestamptz",
+            "position integer NOT NULL",
+            "version integer NOT NULL",
+            "deleted_version integer",
+            "question_json_bytes integer",
+            "answer_json_bytes integer",
+            "question_chars integer",
+            "answer_chars integer",
+            'status "char" NOT NULL',
+            "turn_id text NOT NULL",
+            "parts_sizes text",
+        ),
+        "CONSTRAINT conversation_turns_at_position"
+        " PRIMARY KEY (conversation_id, position) DEFERRABLE INITIALLY DEFERRED,"
+        " CONSTRAINT conversation_turns_of_turn_id"
+        " UNIQUE (conversation_id, turn_id) DEFERRABLE INITIALLY DEFERRED",
+    ),
+    "conversation_folds": (
+        (
+            "conversation_id uuid NOT NULL",
+            "fold_id text NOT NULL",
+            "version bigint NOT NULL",
+            "recorded_at timestamptz NOT NULL",
+            "covers_through_turn_id text NOT NULL",
+            "covers_through_position integer NOT NULL",
+            "covered_turns integer NOT NULL",
+            "covered_eligible integer NOT NULL",
+            "summary_json_bytes integer",
+            "summary_chars integer",
+            "withdrawn_version bigint",
+        ),
+        "CONSTRAINT conversation_folds_of_fold_id"
+        " PRIMARY KEY (conversation_id, fold_id) DEFERRABLE INITIALLY DEFERRED",
+    ),
+}
+
+
+def _is_partitioned(cursor: Any, schema: str, table: str) -> bool:
+    cursor.execute(
+        "SELECT c.relkind::text FROM pg_class c JOIN pg_namespace n "
+        "ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s",
+        (schema, table),
+    )
+    row = cursor.fetchone()  # a tuple, or a dict: the library's row factory
+    cell = (
+        None
+        if row is None
+        else next(iter(row.values() if isinstance(row, dict) else row))
+    )
+    return cell == "p"
+
+
+# Fewer partitions than the key table's 32 (each costs a store's creation
+# some 64 ms of DDL on the test machine), by a modulus that divides its
+# modulus: the same hash then puts a conversation in read-side partition
+# (its key partition's number) % 8.
+READ_SIDE_PARTITIONS = 8
+assert KEY_PARTITIONS % READ_SIDE_PARTITIONS == 0
+
+
+def _postgres_partitioned(cursor: Any, names: StoreNames) -> None:
+    """Hash partitions by conversation, with the key table's hash and a
+    modulus dividing its own, so a conversation's rows sit in the partition
+    `read_side_partition` names for its keys' partition."""
+    for table, (columns, keys) in PARTITIONED_READ_SIDE.items():
+        if _is_partitioned(cursor, names.schema, table):
+            continue
+        staged = names.table(f"{table}_partitioned")
+        cursor.execute(
+            sql.SQL(
+                "CREATE TABLE {} ({}, {}) PARTITION BY HASH (conversation_id)"
+            ).format(staged, sql.SQL(", ".join(columns)), sql.SQL(keys))
+        )
+        for remainder in range(READ_SIDE_PARTITIONS):
+            cursor.execute(
+                sql.SQL(
+                    "CREATE TABLE {} PARTITION OF {} "
+                    "FOR VALUES WITH (MODULUS {}, REMAINDER {})"
+                ).format(
+                    names.table(f"{table}_p{remainder}"),
+                    staged,
+                    sql.Literal(READ_SIDE_PARTITIONS),
+                    sql.Literal(remainder),
+                )
+            )
+        listed = sql.SQL(", ").join(
+            sql.Identifier(column.split()[0]) for column in columns
+        )
+        cursor.execute(
+            sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {}").format(
+                staged, listed, listed, names.table(table)
+            )
+        )
+        # Dropping the old table unlinks its files, dead row versions and all.
+        cursor.execute(sql.SQL("DROP TABLE {}").format(names.table(table)))
+        cursor.execute(
+            sql.SQL("ALTER TABLE {} RENAME TO {}").format(staged, sql.Identifier(table))
+        )
+    _postgres_no_size_statistics(cursor, names)
+
+
+def read_side_partition(table: str, key_partition: str) -> str:
+    """The partition of `table` that holds the conversations whose keys are
+    in the key table's partition `key_partition` ("turn_keys_p13" ->
+    "conversation_turns_p5")."""
+    remainder = int(key_partition.rsplit("_p", 1)[1]) % READ_SIDE_PARTITIONS
+    return f"{table}_p{remainder}"
+
+
 POSTGRES_STEPS = (
     Step(1, "read side: conversation heads, turn rows, fold rows", _postgres_read_side),
     Step(2, "turn rows: parts sizes", _postgres_parts_sizes),
     Step(3, "per-user feed index, built from the log", _postgres_owner_feed),
     Step(4, "no statistics of the size columns", _postgres_no_size_statistics),
+    Step(5, "turn and fold rows partitioned by conversation", _postgres_partitioned),
 )

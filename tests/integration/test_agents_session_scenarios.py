@@ -129,6 +129,19 @@ def test_session_settings_limit_and_an_explicit_one(make_session: MakeSession) -
     assert run(session.get_items(limit=2)) == items[-2:]
 
 
+def test_session_settings_as_given(make_session: MakeSession) -> None:
+    """The default, the constructor's, a dict made SessionSettings, and a
+    dict with an unknown key refused."""
+    assert make_session("default").session_settings == SessionSettings()
+    given = make_session("typed", settings=SessionSettings(limit=5))
+    assert given.session_settings == SessionSettings(limit=5)
+    as_dict = make_session("dict", settings={"limit": 0})  # type: ignore[arg-type]
+    assert as_dict.session_settings == SessionSettings(limit=0)
+    assert as_dict.session_settings.resolve({"limit": 4}).limit == 4
+    with pytest.raises(TypeError, match="Unknown session settings: limitt"):
+        make_session("bad", settings={"limitt": 1})  # type: ignore[arg-type]
+
+
 def test_unicode_and_sql_looking_text(make_session: MakeSession) -> None:
     session = make_session()
     items = [

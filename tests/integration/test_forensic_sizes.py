@@ -259,13 +259,15 @@ def test_postgres_analyze_keeps_no_sample_of_a_size(
     finally:
         ledger.close()
     stats = (
-        "SELECT tablename, attname FROM pg_stats WHERE schemaname = %s "
-        "AND tablename IN ('conversation_turns', 'conversation_folds')"
+        "SELECT regexp_replace(tablename, '_p[0-9]+$', ''), attname FROM pg_stats "
+        "WHERE schemaname = %s AND (tablename LIKE 'conversation_turns%%' "
+        "OR tablename LIKE 'conversation_folds%%')"
     )
     sized = {(table, column) for table, cols in SIZE_COLUMNS.items() for column in cols}
     with connect(postgres_conninfo, autocommit=True) as connection:
         for table in SIZE_COLUMNS:
             connection.execute(f"ANALYZE {schema}.{table}")
+            connection.execute(f"ANALYZE {schema}.{table}_p0")
         sampled = set(connection.execute(stats, (schema,)).fetchall())
         assert sampled, "ANALYZE sampled nothing: the check would prove nothing"
         assert sampled & sized == set()
@@ -277,11 +279,77 @@ def test_postgres_analyze_keeps_no_sample_of_a_size(
                     f"ALTER COLUMN {column} SET STATISTICS -1"
                 )
             connection.execute(f"ANALYZE {schema}.{table}")
+            connection.execute(f"ANALYZE {schema}.{table}_p0")
         assert set(connection.execute(stats, (schema,)).fetchall()) & sized == sized
         connection.execute(
             f"DELETE FROM {schema}.turnledger_migrations "  # noqa: S608
-            "WHERE component = 'ledger' AND version = 4"
+            "WHERE component = 'ledger' AND version >= 4"
         )
     open_conversations(postgres_settings).close()
     with connect(postgres_conninfo, autocommit=True) as connection:
         assert set(connection.execute(stats, (schema,)).fetchall()) & sized == set()
+
+
+def test_sqlite_a_reader_on_an_older_snapshot_keeps_the_purge_pending(
+    tmp_path: Path,
+) -> None:
+    """Pending is the truth: while a connection reads the event log on a
+    snapshot from before the deletion, its WAL keeps the sizes and the purge
+    says so; once it ends, the next purge run removes them."""
+    settings = Settings(
+        _env_file=None, persistence="sqlite", data_dir=tmp_path / "data"
+    )
+    ledger = open_conversations(settings)
+    try:
+        conversation_id = write_conversation(ledger)
+        patterns = _sqlite_patterns(settings.sqlite_events_path, conversation_id)
+        reader = sqlite3.connect(settings.sqlite_events_path, isolation_level=None)
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM conversation_turns").fetchone()
+        receipt = ledger.delete_history(OWNER, conversation_id, turn_ids=list(DOOMED))
+        assert receipt.purge is not None and receipt.purge.compaction_pending
+        assert "events.sqlite3" in receipt.purge.state, receipt.purge.state
+        shutil.copytree(settings.data_dir, tmp_path / "held")
+        assert hits(read_all(files_under(tmp_path / "held")), patterns) != []
+        reader.execute("COMMIT")
+        reader.close()
+        assert not ledger.purge_deleted_history().compaction_pending
+        shutil.copytree(settings.data_dir, tmp_path / "after")
+        assert hits(read_all(files_under(tmp_path / "after")), patterns) == []
+    finally:
+        ledger.close()
+
+
+@pytest.mark.postgres
+def test_postgres_a_conversations_rows_sit_in_the_partition_its_keys_name(
+    postgres_settings: Settings, postgres_conninfo: str
+) -> None:
+    """What compaction relies on to rewrite the right partitions only."""
+    from psycopg import connect
+
+    from turnledger.infra.migrations.ledger import read_side_partition
+
+    schema = postgres_settings.postgres_schema
+    ledger = open_conversations(postgres_settings)
+    try:
+        for _ in range(40):
+            conversation_id = ledger.start_conversation(OWNER)
+            ledger.confirm_turn(
+                OWNER, conversation_id, turn_id="t1", question="q", answer="a"
+            )
+    finally:
+        ledger.close()
+    with connect(postgres_conninfo, autocommit=True) as connection:
+        rows = connection.execute(
+            "SELECT k.tableoid::regclass::text, t.tableoid::regclass::text "
+            f"FROM {schema}.turn_keys k JOIN {schema}.conversation_turns t "  # noqa: S608
+            "USING (conversation_id, turn_id)"
+        ).fetchall()
+    assert len(rows) == 40
+    assert len({key for key, _ in rows}) > 8  # many key partitions, so it shows
+    for key_partition, turn_partition in rows:
+        expected = read_side_partition("conversation_turns", key_partition)
+        assert turn_partition.split(".")[-1] == expected, (
+            key_partition,
+            turn_partition,
+        )

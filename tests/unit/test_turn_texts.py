@@ -26,7 +26,7 @@ from tests.strategies import (
     tool_turns,
 )
 from turnledger.domain.parts import ToolCall, TurnParts, decode_parts, encode_parts
-from turnledger.projections import turn_shapes
+from turnledger.projections import turn_json
 from turnledger.projections.formats import (
     WIRE_FORMATS,
     RequestParts,
@@ -180,6 +180,6 @@ def test_arguments_holding_the_mark_are_serialized_one_at_a_time(
         calls.append(text)
         return arguments_json(text)
 
-    monkeypatch.setattr(turn_shapes, "arguments_json", counted)
+    monkeypatch.setattr(turn_json, "arguments_json", counted)
     assert arguments_json_many(arguments) == alone
     assert calls == arguments
