@@ -22,6 +22,10 @@ then measures, with the project's own client library (httpx):
    long-polling device (median, p99). `--rounds` rounds, each with its
    baseline; the median ratio is reported.
 
+3. one sync request: the service's CPU per `GET /v1/sync` (caught up, and
+   with 5 changes) on the short path and through FastAPI's route,
+   alternating, `--rounds` times 200 requests each.
+
 `--profile FILE` also records the service during the first round of part 2
 with listeners, with py-spy when it is installed (`pip install py-spy`): a
 flame graph if FILE ends in .svg, collapsed stacks otherwise.
@@ -45,6 +49,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 from sync_bench import (
     cpu_seconds,
     drop_schema,
@@ -244,6 +249,43 @@ def write_round(
     return turns / elapsed, cpu / turns, latencies, answers / turns
 
 
+def sync_request_cpu(
+    process: subprocess.Popen[bytes], base_url: str, token: str, rounds: int
+) -> None:
+    """Service CPU per `GET /v1/sync`, on the short path (infra/http/
+    sync_path.py) and through FastAPI's route (an extra query parameter,
+    which the route ignores, sends it there), alternating in one run."""
+    writer = Client(base_url, token)
+    conversation = writer.start_conversation().conversation_id
+    for n in range(OWN_CHANGES - 1):
+        writer.put_turn(conversation, f"cpu-{n}", question="q", answer="a")
+    cursor = head_cursor(writer)
+    writer.close()
+    requests = {
+        "empty (caught up)": f"/v1/sync?since={cursor}",
+        f"{OWN_CHANGES} changes": f"/v1/sync?limit={OWN_CHANGES}",
+    }
+    per_request = 200
+    with httpx.Client(
+        base_url=base_url, headers={"Authorization": f"Bearer {token}"}
+    ) as http:
+        for name, path in requests.items():
+            cpu: dict[str, list[float]] = {"short path": [], "route": []}
+            for _ in range(rounds):
+                for way, url in (("short path", path), ("route", path + "&via=route")):
+                    before = cpu_seconds(process.pid)
+                    for _ in range(per_request):
+                        http.get(url).raise_for_status()
+                    cpu[way].append((cpu_seconds(process.pid) - before) / per_request)
+            short, route = (statistics.median(cpu[w]) for w in ("short path", "route"))
+            print(
+                f"  sync request, {name}: service CPU {short * 1000:.2f} ms on the "
+                f"short path, {route * 1000:.2f} ms through the route "
+                f"(medians of {rounds} x {per_request})",
+                flush=True,
+            )
+
+
 def start_profile(pid: int, output: str) -> subprocess.Popen[bytes] | None:
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not Path(py_spy).exists():
@@ -347,6 +389,8 @@ def main() -> int:
             f"{statistics.median(r.cpu_per_turn for r in rounds) * 1000:.2f} ms, "
             f"without {statistics.median(alone) * 1000:.2f} ms"
         )
+        print(f"part 3: one sync request ({time.strftime('%H:%M:%S')} UTC)")
+        sync_request_cpu(process, base_url, tokens[0], arguments.rounds)
     finally:
         process.terminate()
         process.wait(timeout=60)

@@ -16,6 +16,10 @@ unpartitioned table with the same columns and keys in the same schema
 (100,000 rows each beforehand): the median of 300 transactions inserting 64
 turn rows each (as a batch of the group committer does), alternating between
 the two, and of 300 reads of one conversation's rows.
+
+Last, the one-time upgrade: migration step 5 of the ledger run on an
+unpartitioned turn table of the largest number of turns (its time at the
+first opening of a store written before it).
 """
 
 from __future__ import annotations
@@ -29,7 +33,8 @@ from typing import Any
 
 import psycopg
 
-from turnledger.infra.migrations.ledger import PARTITIONED_READ_SIDE
+from turnledger.infra.migrations.ledger import PARTITIONED_READ_SIDE, POSTGRES_STEPS
+from turnledger.infra.migrations.runner import StoreNames
 from turnledger.infra.persistence import open_conversations
 from turnledger.infra.settings import Settings
 from turnledger.infra.vault import new_master_key
@@ -64,13 +69,14 @@ def main(counts: list[int]) -> None:
                     timed(f"VACUUM (FULL) {turns}") for _ in range(3)
                 )
                 part = statistics.median(
-                    timed(f"VACUUM (FULL) {turns}_p07") for _ in range(3)
+                    timed(f"VACUUM (FULL) {turns}_p7") for _ in range(3)
                 )
                 print(
                     f"{n} turns: whole table {whole * 1000:.0f} ms, one partition "
                     f"{part * 1000:.0f} ms, ratio {part / whole:.3f}"
                 )
             ordinary_costs(c, schema)
+            upgrade_cost(c, schema, max(counts))
         finally:
             c.execute(f"DROP SCHEMA {schema} CASCADE")
 
@@ -144,6 +150,26 @@ def ordinary_costs(c: psycopg.Connection[Any], schema: str) -> None:
         f"{qi:.2f} ms, ratio {qi / pi:.2f}; one conversation's rows: "
         f"{ps:.3f} ms, {qs:.3f} ms, ratio {qs / ps:.2f}"
     )
+
+
+def upgrade_cost(c: psycopg.Connection[Any], schema: str, n: int) -> None:
+    names = StoreNames(schema=schema)
+    c.execute(f"DROP TABLE {schema}.conversation_turns, {schema}.conversation_folds")
+    cursor = c.cursor()
+    for step in POSTGRES_STEPS[:2]:  # the read side's tables, unpartitioned
+        step.apply(cursor, names)
+    c.execute(
+        f"INSERT INTO {schema}.conversation_turns (conversation_id, recorded_at, "
+        "position, version, question_json_bytes, answer_json_bytes, "
+        "question_chars, answer_chars, status, turn_id) "
+        "SELECT md5((i / 100)::text)::uuid, now(), i % 100, i % 100 + 2, "
+        "600, 300, 598, 298, 'c', 't' || (i % 100) "
+        f"FROM generate_series(0, {n} - 1) i"
+    )
+    start = time.perf_counter()
+    with c.transaction():
+        POSTGRES_STEPS[4].apply(c.cursor(), names)  # step 5
+    print(f"step 5 on {n} turn rows: {time.perf_counter() - start:.1f} s")
 
 
 if __name__ == "__main__":

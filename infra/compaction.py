@@ -51,6 +51,7 @@ from psycopg import errors, sql
 from psycopg_pool import ConnectionPool
 
 from turnledger.infra import wal, wal_members
+from turnledger.infra.migrations.ledger import read_side_partition
 from turnledger.infra.migrations.stores import KEY_COMPACTION_TABLE
 from turnledger.infra.pool_queries import fetch_one
 
@@ -68,18 +69,20 @@ _LEADING_COUNT = re.compile(r"^\s*(\d+)")
 
 # The read side's tables whose rows held sizes a deletion erased: the row
 # versions from before the erasure stay in their files until rewritten.
-# Partitioned as the key table is (infra/migrations/ledger.py, step 5): a
-# conversation's rows sit in the partition numbered as its keys'.
+# Partitioned by the key table's hash (infra/migrations/ledger.py, step 5).
 READ_SIDE_SIZE_TABLES = ("conversation_turns", "conversation_folds")
 
 
 def read_side_relations(key_partitions: Collection[str]) -> list[str]:
     """The read side's partitions that hold the rows of the conversations
-    whose keys are in `key_partitions` ("turn_keys_p07" -> "..._p07")."""
-    suffixes = sorted({name.rsplit("_", 1)[-1] for name in key_partitions})
-    return [
-        f"{table}_{suffix}" for table in READ_SIDE_SIZE_TABLES for suffix in suffixes
-    ]
+    whose keys are in `key_partitions`."""
+    return sorted(
+        {
+            read_side_partition(table, name)
+            for table in READ_SIDE_SIZE_TABLES
+            for name in key_partitions
+        }
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -328,14 +331,16 @@ class KeyCompaction:
         checkpointing = False
         # With several hosts a standby may hold the segments the primary no
         # longer has (an old primary rewound): its restartpoint needs a new
-        # checkpoint from the primary to drop them.
+        # checkpoint from the primary to drop them. A member that is away is
+        # not verified anyway; forcing WAL out would only keep it from
+        # catching up when it is back.
+        several = bool(wal_members.members(self._conninfo))
+        away = wal_members.away(self._conninfo) if several else []
         if (
             not config
             and privileges.can_force
-            and (
-                wal.segments_up_to(connection, target)
-                or wal_members.members(self._conninfo)
-            )
+            and not away
+            and (several or wal.segments_up_to(connection, target))
         ):
             wal.move_past(connection, target)
             checkpointing = not self._checkpoint(
@@ -352,6 +357,11 @@ class KeyCompaction:
         if not remaining and not unverifiable and not members:
             return ()
         holds = list(config) + members
+        if away:
+            holds.append(
+                f"not forced out while {', '.join(away)} cannot catch up "
+                "without it (down, or not streaming)"
+            )
         if remaining and checkpointing:
             holds.append(
                 "a CHECKPOINT is removing the segments; it completes in the background"

@@ -76,11 +76,24 @@ class LogSeen:
         return position > self._known
 
     def advance(self, position: int) -> None:
-        """Make the mark at least `position`, durably (never lowered here)."""
+        """Make the mark at least `position`, durably (never lowered here).
+
+        A mark that cannot be written (the record's directory gone or full)
+        is logged as an error on every try and the answer still served: the
+        record's loss is refused by the next opening anyway, and devices are
+        better served than stopped by it."""
         if not self.needs(position):
             return
         with self._lock:
-            self._replace(position, lower=False)
+            try:
+                self._replace(position, lower=False)
+            except OSError as error:
+                _log.error(
+                    "turnledger: cannot keep the served log position in %s (%s): "
+                    "a restore to before it may go unnoticed by devices",
+                    self.path,
+                    error,
+                )
 
     def lower(self, position: int) -> None:
         """Set the mark to `position`: only once a restore was found and a new

@@ -9,7 +9,9 @@ the primary flushed (the purge's segment switches and CHECKPOINT), runs
 CHECKPOINT (a restartpoint, which removes the segments before that
 checkpoint), then lists pg_wal. Every member that still holds a segment up to
 the purge's target, or that cannot be asked, is a reason the purge stays
-pending, named by host and port.
+pending, named by host and port. While a member is away (`away`), the purge
+does not force WAL out: the member could not be verified anyway, and it
+needs that WAL to catch up.
 """
 
 from __future__ import annotations
@@ -37,6 +39,33 @@ def members(conninfo: str) -> list[tuple[str, str]]:
     if len(ports) == 1:
         ports = ports * len(hosts)
     return list(zip(hosts, ports, strict=True))
+
+
+def away(conninfo: str) -> list[str]:
+    """Members that cannot be asked, or standbys not streaming from the
+    primary: forcing WAL out now would remove what they need to catch up
+    (Patroni keeps one segment, and no slot, for them: docs/ha.md)."""
+    found = []
+    for host, port in members(conninfo):
+        one = make_conninfo(
+            conninfo,
+            host=host,
+            port=port,
+            target_session_attrs="any",
+            connect_timeout=MEMBER_CONNECT_TIMEOUT_SECONDS,
+        )
+        try:
+            with psycopg.connect(one, autocommit=True) as connection:
+                row = connection.execute(
+                    "SELECT pg_is_in_recovery(), EXISTS (SELECT FROM"
+                    " pg_stat_wal_receiver WHERE status = 'streaming')"
+                ).fetchone()
+        except psycopg.Error:
+            found.append(f"{host}:{port}")
+            continue
+        if row is not None and row[0] and not row[1]:
+            found.append(f"{host}:{port}")
+    return found
 
 
 def primary_flush_lsn(conninfo: str) -> str | None:

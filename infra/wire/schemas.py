@@ -10,46 +10,63 @@ questions.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal, Self
+from typing import Any, Literal, Self
 from uuid import UUID
 
 from pydantic import (
     BaseModel,
-    ConfigDict,
     Field,
-    TypeAdapter,
-    field_validator,
     model_validator,
 )
 
 from turnledger.domain.parts import TurnParts
+from turnledger.infra.wire.base import Identifier, RequestModel
+from turnledger.infra.wire.parts import (
+    MAX_PARTS,
+    AssistantTextPart,
+    AttachmentPart,
+    ReasoningPart,
+    RefusalPart,
+    ToolCallPart,
+    ToolResultPart,
+    TurnPart,
+    parts_out,
+)
+from turnledger.infra.wire.sync import (
+    SYNC_LIMIT_MAX,
+    ChangeOut,
+    ConversationStartedOut,
+    HistoryDeletedOut,
+    OtherChangeOut,
+    SyncOut,
+    TurnRecordedOut,
+)
 from turnledger.projections.policy import WindowPolicy
-from turnledger.projections.results import MAX_CHANGES_PER_READ, MAX_HISTORY_PAGE
+from turnledger.projections.results import MAX_HISTORY_PAGE
 from turnledger.projections.tokens import TokenizerName
 
-Identifier = Annotated[
-    str,
-    Field(
-        min_length=1,
-        max_length=128,
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@-]*$",
-        description="1-128 letters, digits and . _ : @ -; "
-        "starting with a letter or digit",
-    ),
+# The turn's parts (parts.py) and the sync answer (sync.py) are imported from
+# here too, with the rest of the API's bodies.
+__all__ = [
+    "MAX_PARTS",
+    "SYNC_LIMIT_MAX",
+    "AssistantTextPart",
+    "AttachmentPart",
+    "ChangeOut",
+    "ConversationStartedOut",
+    "HistoryDeletedOut",
+    "Identifier",
+    "OtherChangeOut",
+    "ReasoningPart",
+    "RefusalPart",
+    "RequestModel",
+    "SyncOut",
+    "ToolCallPart",
+    "ToolResultPart",
+    "TurnPart",
+    "TurnRecordedOut",
+    "parts_out",
 ]
-
-
-class RequestModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    @field_validator("*", mode="after")
-    @classmethod
-    def _no_nul(cls, value: Any) -> Any:
-        texts = value if isinstance(value, list) else [value]
-        if any(isinstance(text, str) and "\x00" in text for text in texts):
-            raise ValueError("must not contain NUL (U+0000)")
-        return value
-
 
 # Errors -------------------------------------------------------------------------
 
@@ -133,83 +150,6 @@ class ConversationOut(BaseModel):
     conversation_id: UUID
     version: int
     total_turns: int
-
-
-# Turn parts (docs/tools.md): attachments, then the assistant's steps in order.
-
-
-class AttachmentPart(RequestModel):
-    kind: Literal["attachment"]
-    media_type: str
-    byte_size: int = Field(ge=0)
-    uri: str | None = None
-    file_id: str | None = None
-    data: str | None = Field(
-        default=None,
-        description="inline bytes, base64 (at most 64 KiB decoded); or give "
-        "uri or file_id",
-    )
-    digest: str | None = Field(default=None, description='"sha256:<64 hex>"')
-    name: str | None = None
-    width: int | None = Field(default=None, description="pixels, with height")
-    height: int | None = None
-
-
-class AssistantTextPart(RequestModel):
-    kind: Literal["assistant_text"]
-    text: str
-
-
-class ToolCallPart(RequestModel):
-    kind: Literal["tool_call"]
-    call_id: str
-    name: str
-    arguments: str = Field(description="JSON text of an object, kept as given")
-
-
-class ToolResultPart(RequestModel):
-    kind: Literal["tool_result"]
-    call_id: str
-    content: str
-    is_error: bool = False
-
-
-class RefusalPart(RequestModel):
-    kind: Literal["refusal"]
-    text: str
-
-
-class ReasoningPart(RequestModel):
-    kind: Literal["reasoning"]
-    provider: Literal["anthropic", "openai", "gemini"]
-    model: str = Field(description="the model that produced it")
-    payload: str = Field(
-        description="JSON text of the provider's own object, kept and sent back "
-        "as given: an Anthropic thinking or redacted_thinking block, an OpenAI "
-        'Responses reasoning item, or {"thoughtSignature": ...} for Gemini'
-    )
-
-
-TurnPart = Annotated[
-    AttachmentPart
-    | AssistantTextPart
-    | ToolCallPart
-    | ToolResultPart
-    | RefusalPart
-    | ReasoningPart,
-    Field(discriminator="kind"),
-]
-MAX_PARTS = 1_000
-
-
-def parts_out(turn: TurnParts | None) -> list[TurnPart] | None:
-    """A turn's attachments and steps as the API shows them (None: deleted)."""
-    if turn is None:
-        return None
-    return [_PART_ADAPTER.validate_python(d) for d in turn.part_documents()]
-
-
-_PART_ADAPTER: TypeAdapter[TurnPart] = TypeAdapter(TurnPart)
 
 
 class TurnWindowIn(RequestModel):
@@ -395,65 +335,6 @@ class WindowOut(BaseModel):
     report: dict[str, Any] = Field(
         description="what was kept, dropped or trimmed and why; never message text"
     )
-
-
-# Sync ---------------------------------------------------------------------------
-
-
-class _ChangeOut(BaseModel):
-    conversation_id: UUID
-    version: int
-    at: datetime
-
-
-class ConversationStartedOut(_ChangeOut):
-    kind: Literal["conversation_started"] = "conversation_started"
-
-
-class TurnRecordedOut(_ChangeOut):
-    kind: Literal["turn_recorded"] = "turn_recorded"
-    turn_id: str
-    status: Literal["confirmed", "failed", "stopped"]
-    deleted: bool = Field(description="true: the turn is deleted; its text is not sent")
-    question: str | None
-    answer: str | None
-    unreadable: Literal["key-damaged"] | None = Field(
-        default=None,
-        description="key-damaged: not deleted, but the turn's stored key was "
-        "altered, so its text cannot be read (docs/audit.md)",
-    )
-    parts: list[TurnPart] | None = Field(
-        default=None, description="attachments and steps in order; null if deleted"
-    )
-
-
-class HistoryDeletedOut(_ChangeOut):
-    kind: Literal["history_deleted"] = "history_deleted"
-    turn_ids: list[str] = Field(description="purge these turns' text locally")
-    whole_history: bool
-    deleted_by: str
-
-
-class OtherChangeOut(_ChangeOut):
-    kind: Literal["other"] = "other"
-    event_type: str
-
-
-ChangeOut = Annotated[
-    ConversationStartedOut | TurnRecordedOut | HistoryDeletedOut | OtherChangeOut,
-    Field(discriminator="kind"),
-]
-
-
-class SyncOut(BaseModel):
-    changes: list[ChangeOut]
-    next_cursor: str = Field(description="pass as `since` to get what comes after")
-    has_more: bool = Field(
-        description="true: more changes are ready, ask again at once"
-    )
-
-
-SYNC_LIMIT_MAX = MAX_CHANGES_PER_READ
 
 
 # Stored window receipts -----------------------------------------------------------

@@ -10,6 +10,8 @@ members' data directories, pg_wal included (the timelines' `.history` files,
 what pg_rewind copied), are read as an attacker with the master key would:
 no destroyed key, raw, wrapped, hex or base64, anywhere, and no text of a
 destroyed turn opens, while the surviving turns do (the positive control).
+With a member away, the purge stays pending, names it, and leaves the WAL it
+needs to catch up.
 """
 
 from __future__ import annotations
@@ -160,3 +162,50 @@ def key_table(settings: Settings, conversation_id: object) -> dict[str, bytes]:
             (conversation_id,),
         ).fetchall()
     return {str(turn_id): bytes(blob) for turn_id, blob in rows}
+
+
+def test_a_member_away_is_named_and_its_wal_is_not_forced_out(
+    healthy: PatroniCluster,
+) -> None:
+    """A whole member lost (the asynchronous replica, so writes go on): the
+    purge stays pending and names it, and does not force WAL out meanwhile, so
+    the member catches up by streaming when it is back; then the purge
+    completes and no member keeps a destroyed key."""
+    settings = cluster_settings(healthy, "ha_purge_away").model_copy(
+        update={"postgres_replica_host": None}
+    )
+    master = master_key(settings)
+    away = next(str(m["name"]) for m in healthy.members() if m["role"] == "replica")
+    name = f"{healthy.host(away)}:{healthy.port}"
+    ledger = open_conversations(settings)
+    try:
+        scenario = write_scenario(ledger)
+        recorded = key_table(settings, scenario.conversation_id)
+        healthy.kill_member(away)
+        receipt = ledger.delete_history(
+            OWNER, scenario.conversation_id, turn_ids=list(DOOMED)
+        )
+        assert receipt.purge is not None and receipt.purge.compaction_pending
+        reasons = receipt.purge.pending_reasons
+        assert any(
+            f"member {name}: its WAL could not be checked" in r for r in reasons
+        ), reasons
+        assert any(f"not forced out while {name}" in r for r in reasons), reasons
+        left = key_table(settings, scenario.conversation_id)
+        healthy.start()  # its Patroni again: it must catch up by streaming
+        back = healthy.wait_healthy(timeout=90)
+        report, seen = purge_until_complete(ledger)
+    finally:
+        ledger.close()
+    destroyed = {k: v for k, v in recorded.items() if k not in left}
+    kept = {k: v for k, v in recorded.items() if k in left}
+    print(
+        f"{away} away: reasons {reasons}; healthy {back:.1f} s after its start; "
+        f"purge {report.state}; reasons seen after {seen}"
+    )
+    assert not report.compaction_pending, report
+    for member in MEMBERS:
+        copy = read_all(files_under(healthy.data_dir(member)))
+        assert attack(scenario, copy, kept, master), member
+        assert attack(scenario, copy, destroyed, master) == {}, member
+        assert not hits(copy, needles(scenario, destroyed, master)), member

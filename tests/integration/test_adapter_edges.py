@@ -200,3 +200,31 @@ def test_a_message_breaking_the_turn_rules_is_refused_and_the_turn_still_records
     history.add_message(AIMessage("Sunny."))
     (item,) = memory_ledger.get_history(OWNER, history.turns.conversation_id).items
     assert item.status == TurnStatus.CONFIRMED and item.answer == "Sunny."
+
+
+def test_langchain_messages_the_parts_merge_come_back_as_rendered(
+    memory_ledger: Conversations,
+) -> None:
+    """Two AIMessages with calls before their results are one round of steps:
+    that turn comes back as the parts render it (one AIMessage), without the
+    messages' own fields, its system messages first (docs/adapters.md)."""
+    history = TurnLedgerChatHistory(
+        memory_ledger, OWNER, memory_ledger.start_conversation(OWNER)
+    )
+    history.add_messages(
+        [
+            HumanMessage("q", id="h1"),
+            SystemMessage("mid-turn"),
+            AIMessage("a", id="a1", tool_calls=[{"name": "f", "args": {}, "id": "c1"}]),
+            AIMessage("b", id="a2", tool_calls=[{"name": "g", "args": {}, "id": "c2"}]),
+            ToolMessage("r1", tool_call_id="c1"),
+            ToolMessage("r2", tool_call_id="c2"),
+            AIMessage("done", id="a3"),
+        ]
+    )
+    messages = history.messages
+    assert [m.type for m in messages] == ["system", "human", "ai", "tool", "tool", "ai"]
+    assert messages[0] == SystemMessage("mid-turn")
+    assert [m.id for m in messages] == [None] * 6
+    assert [c["id"] for c in messages[2].tool_calls] == ["c1", "c2"]  # type: ignore[attr-defined]
+    assert [m.name for m in messages[3:5]] == ["f", "g"]

@@ -19,6 +19,7 @@ import pytest
 from fastapi.testclient import TestClient
 from psycopg import sql
 
+from tests.integration.restore_paths import cli
 from turnledger.domain.errors import CursorExpiredError
 from turnledger.infra.client.errors import Context, error_from_body, parse_error_body
 from turnledger.infra.http.app import create_app
@@ -328,3 +329,54 @@ def test_a_restore_with_no_deletion_since_the_backup_is_found_by_the_served_mark
         _assert_expired(ahead.pull(http))
         ahead.cursor = current
     _assert_converged(ahead, settings, conversation_id)
+
+
+def test_a_mark_that_cannot_be_written_is_logged_and_sync_still_answers(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = _sqlite(tmp_path).settings
+    ledger = open_conversations(settings)
+    conversation_id = ledger.start_conversation(OWNER)
+    ledger.close()
+    app = create_app(settings)
+    with TestClient(app) as http:
+        token = app.state.service.registry.add(OWNER, "a").token
+        device = Device({"Authorization": f"Bearer {token}"})
+        (record,) = settings.deletion_record_directory.glob("deletions-*.log")
+        saved = record.read_bytes()
+        record.unlink()  # the record's directory lost under the service
+        _turns_through(app, conversation_id, ["t1"])
+        caplog.set_level("ERROR", logger="turnledger")
+        assert device.pull(http).status_code == 200
+        assert any(
+            "cannot keep the served log position" in r.getMessage()
+            for r in caplog.records
+        )
+        record.write_bytes(saved)
+
+
+def _turns_through(app: Any, conversation_id: UUID, ids: list[str]) -> None:
+    for turn_id in ids:
+        app.state.service.ledger.confirm_turn(
+            OWNER, conversation_id, turn_id=turn_id, question="q", answer="a"
+        )
+
+
+def test_restore_check_reports_a_rollback_with_no_deletion_since(
+    tmp_path: Path,
+) -> None:
+    backups = _sqlite(tmp_path)
+    settings = backups.settings
+    ledger = open_conversations(settings)
+    conversation_id = ledger.start_conversation(OWNER)
+    ledger.close()
+    backups.take()
+    _turns(settings, conversation_id, ["t1", "t2"])
+    open_conversations(settings).close()  # an opening marks the log's head
+    backups.restore()
+    done = cli(settings, "restore-check")
+    assert done.returncode == 0, done.stderr
+    assert "restored from an older backup or rolled back" in done.stdout
+    assert "a new cursor epoch began" in done.stdout
+    again = cli(settings, "restore-check")
+    assert "agrees with the deletion record" in again.stdout
