@@ -328,28 +328,9 @@ class Conversation(Aggregate):
             raise TurnNotFoundError(self.id, [covers_through_turn_id])
         if through.deleted:
             raise TurnDeletedError(self.id, covers_through_turn_id)
-        if summarized_version is not None and summarized_version > self.version:
-            raise FoldConflictError(
-                self.id,
-                fold_id,
-                f"names version {summarized_version}, after the conversation's "
-                f"current version {self.version}",
-            )
-        if summarized_version is not None and summarized_version < through.version:
-            raise FoldConflictError(
-                self.id,
-                fold_id,
-                f"summarizes version {summarized_version}, before turn "
-                f"{covers_through_turn_id} was recorded",
-            )
-        if deleted_since_summary:
-            raise FoldConflictError(
-                self.id,
-                fold_id,
-                "covers turns deleted after the version it summarized ("
-                + ", ".join(deleted_since_summary)
-                + "): summarize the history again",
-            )
+        self._check_summarized(
+            fold_id, through, summarized_version, deleted_since_summary
+        )
         covered_turns = through.position + 1
         if current_fold is not None and covered_turns < current_fold.covered_turns:
             raise FoldConflictError(
@@ -368,6 +349,38 @@ class Conversation(Aggregate):
         )
 
     # Rules --------------------------------------------------------------------
+
+    def _check_summarized(
+        self,
+        fold_id: str,
+        through: TurnFacts,
+        summarized_version: int | None,
+        deleted_since_summary: Sequence[str],
+    ) -> None:
+        """A fold's summary must name a version the turns it covers had, and
+        none of them may have been deleted since (its text may hold theirs)."""
+        if summarized_version is not None and summarized_version > self.version:
+            raise FoldConflictError(
+                self.id,
+                fold_id,
+                f"names version {summarized_version}, after the conversation's "
+                f"current version {self.version}",
+            )
+        if summarized_version is not None and summarized_version < through.version:
+            raise FoldConflictError(
+                self.id,
+                fold_id,
+                f"summarizes version {summarized_version}, before turn "
+                f"{through.turn_id} was recorded",
+            )
+        if deleted_since_summary:
+            raise FoldConflictError(
+                self.id,
+                fold_id,
+                "covers turns deleted after the version it summarized ("
+                + ", ".join(deleted_since_summary)
+                + "): summarize the history again",
+            )
 
     def check_version(self, expected_version: int | None) -> None:
         if expected_version is not None and expected_version != self.version:
