@@ -12,9 +12,7 @@ and at 100,000.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime
-from enum import StrEnum
 from typing import Any
 from uuid import UUID
 
@@ -27,15 +25,13 @@ from turnledger.domain.errors import (
     TurnNotFoundError,
     VersionConflictError,
 )
-
-
-class TurnStatus(StrEnum):
-    CONFIRMED = "confirmed"
-    FAILED = "failed"
-    STOPPED = "stopped"
-
-
-UNSENT_OUTCOMES = frozenset({TurnStatus.FAILED, TurnStatus.STOPPED})
+from turnledger.domain.sizes import PartsSizes, TurnSizes
+from turnledger.domain.turn_facts import (
+    UNSENT_OUTCOMES,
+    FoldFacts,
+    TurnFacts,
+    TurnStatus,
+)
 
 # Sizes the first release recorded in each turn's event. They are not recorded
 # any more (the read side keeps them, and erases them with the turn's text);
@@ -52,36 +48,6 @@ _LEGACY_SUMMARY_SIZE_FIELDS = ("summary_json_bytes", "summary_chars")
 def _drop(state: dict[str, Any], names: Sequence[str]) -> None:
     for name in names:
         state.pop(name, None)
-
-
-@dataclass(frozen=True, slots=True)
-class TurnFacts:
-    """What the read side knows about one recorded turn, as a command needs it."""
-
-    turn_id: str
-    position: int  # 0-based, in the order turns were recorded
-    status: TurnStatus
-    version: int  # of the event that holds its sealed text
-    recorded_at: datetime
-    deleted_version: int | None = None
-
-    @property
-    def deleted(self) -> bool:
-        return self.deleted_version is not None
-
-    @property
-    def eligible(self) -> bool:
-        """Whether this turn may be sent in a request window."""
-        return self.status is TurnStatus.CONFIRMED and not self.deleted
-
-
-@dataclass(frozen=True, slots=True)
-class FoldFacts:
-    """A live fold, as the rules about folds need it."""
-
-    fold_id: str
-    covers_through_position: int
-    covered_turns: int
 
 
 class Conversation(Aggregate):
@@ -422,47 +388,15 @@ def fold_key_id(fold_id: str) -> str:
     return f"fold/{fold_id}"
 
 
-@dataclass(frozen=True, slots=True)
-class TurnSizes:
-    """Sizes of a turn's texts, measured before they are sealed."""
-
-    question_json_bytes: int
-    answer_json_bytes: int
-    question_chars: int
-    answer_chars: int
-    # The sizes of the turn's attachments and steps (None: a text-only turn).
-    parts: PartsSizes | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class PartsSizes:
-    """What a window needs to plan a turn with parts without reading it.
-
-    Measured before sealing, like the texts' sizes, with the char/4 estimate
-    and no trimming: the whole turn's bytes and its steps' and attachments'
-    tokens in each wire format (in the order of formats.WIRE_FORMATS), the
-    code points of the step texts, and the longest text a trim could cut.
-    """
-
-    chars: int
-    longest_chars: int
-    turn_bytes: tuple[int, ...]
-    tokens: tuple[int, ...]
-
-    def encode(self) -> str:
-        """One short text column: "chars,longest,bytes...,tokens..."."""
-        return ",".join(
-            str(n)
-            for n in (self.chars, self.longest_chars, *self.turn_bytes, *self.tokens)
-        )
-
-    @classmethod
-    def decode(cls, text: str) -> PartsSizes:
-        numbers = [int(n) for n in text.split(",")]
-        half = (len(numbers) - 2) // 2
-        return cls(
-            numbers[0],
-            numbers[1],
-            tuple(numbers[2 : 2 + half]),
-            tuple(numbers[2 + half :]),
-        )
+# Kept importable from here: the read side's sizes of a turn (domain/sizes.py)
+# and the facts a command is given about turns and folds (domain/turn_facts.py).
+__all__ = [
+    "UNSENT_OUTCOMES",
+    "Conversation",
+    "FoldFacts",
+    "PartsSizes",
+    "TurnFacts",
+    "TurnSizes",
+    "TurnStatus",
+    "fold_key_id",
+]
