@@ -46,3 +46,22 @@ def test_docs_audit_names_every_kind_of_finding() -> None:
     }
     assert kinds, "no finding kinds found"
     assert {kind for kind in kinds if f"`{kind}`" not in text} == set()
+
+
+# A file of the repository named in backticks: `infra/vault.py`, `tests/...`.
+_REPO_PATH = re.compile(
+    r"`((?:domain|projections|infra|tests|bench|scripts|clients|docs)/[\w./-]+)`"
+)
+
+
+def test_every_file_the_docs_name_exists() -> None:
+    """Modules move (docs/architecture.md): a doc must not send a reader to a
+    file that is gone."""
+    root = DOCS.parent
+    missing = [
+        f"{doc.relative_to(root)}: {match.group(1)}"
+        for doc in [root / "README.md", *sorted(DOCS.glob("*.md"))]
+        for match in _REPO_PATH.finditer(doc.read_text())
+        if not (root / match.group(1).rstrip("/")).exists()
+    ]
+    assert missing == []
