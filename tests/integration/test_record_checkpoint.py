@@ -35,6 +35,11 @@ OWNER = "alice"
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
+    return signed_settings(request, tmp_path)
+
+
+def signed_settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
+    """A fresh store of the fixture's kind whose service signs checkpoints."""
     if request.param == "postgres":
         postgres: Settings = request.getfixturevalue("postgres_settings")
         return postgres.model_copy(

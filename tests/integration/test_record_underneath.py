@@ -9,32 +9,21 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from pydantic import SecretStr
 
+from tests.integration.test_record_checkpoint import signed_settings
 from tests.unit.test_deletion_record import _rewritten
 from turnledger.domain.errors import PurgeIncompleteError
 from turnledger.infra.checkpoint import CheckpointWriter, checkpoint_files
 from turnledger.infra.deletion_record import DeletionRecordLostError
 from turnledger.infra.persistence import open_conversations
 from turnledger.infra.settings import Settings
-from turnledger.infra.signing import new_signing_key
 
 OWNER = "alice"
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def signed(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
-    if request.param == "postgres":
-        postgres: Settings = request.getfixturevalue("postgres_settings")
-        return postgres.model_copy(
-            update={"audit_signing_key": SecretStr(new_signing_key())}
-        )
-    return Settings(
-        _env_file=None,
-        persistence="sqlite",
-        data_dir=tmp_path / "data",
-        audit_signing_key=new_signing_key(),
-    )
+    return signed_settings(request, tmp_path)
 
 
 def test_a_record_rewritten_under_a_running_service_is_refused_loudly(
