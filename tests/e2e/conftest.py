@@ -136,9 +136,9 @@ def add_device(service_settings: Settings) -> Iterator[Callable[[str, str], str]
 
 
 def client(server: Server, token: str, **kwargs: object) -> httpx.Client:
+    kwargs.setdefault("timeout", 30)
     return httpx.Client(
         base_url=server.base_url,
         headers={"Authorization": f"Bearer {token}"},
-        timeout=30,
         **kwargs,  # type: ignore[arg-type]
     )

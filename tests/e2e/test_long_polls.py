@@ -19,6 +19,7 @@ from turnledger.infra.settings import Settings
 pytestmark = pytest.mark.postgres
 
 LONG_POLLS = 100
+POLL_SECONDS = 120
 
 
 @pytest.fixture
@@ -40,9 +41,12 @@ def test_a_stopping_service_answers_100_long_polls_at_once_and_exits_in_2_s(
     answers: list[tuple[int, float]] = []
     lock = threading.Lock()
 
+    # The polls wait far longer than connecting all of them can take on a
+    # loaded machine, and the client longer than the poll: no poll may end
+    # on its own before the service is stopped.
     def long_poll(token: str) -> None:
-        with client(server, token) as http:
-            response = http.get("/v1/sync", params={"timeout": 30})
+        with client(server, token, timeout=POLL_SECONDS + 30) as http:
+            response = http.get("/v1/sync", params={"timeout": POLL_SECONDS})
         with lock:
             answers.append((response.status_code, time.monotonic()))
 
@@ -55,7 +59,7 @@ def test_a_stopping_service_answers_100_long_polls_at_once_and_exits_in_2_s(
         thread.start()
     # Every long-poll connected (on a loaded machine 100 threads take a while
     # to get there), then a moment for the last requests to reach the handler.
-    wait_for_connections(server, LONG_POLLS, seconds=30)
+    wait_for_connections(server, LONG_POLLS, seconds=POLL_SECONDS / 2)
     time.sleep(1.0)
     assert not answers
     stopping = time.monotonic()
