@@ -193,3 +193,43 @@ def test_pages_are_read_after_the_position() -> None:
 
     Follower(MemoryPosition(lambda: None), read, lambda *_: None, page_size=2).run()
     assert reads == [(None, 2), (2, 2), (4, 2)]
+
+
+def test_docs_architecture_names_every_follower_of_the_log() -> None:
+    """The followers' table in docs/architecture.md lists exactly the modules
+    that build a `Follower`."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    users = {
+        path.relative_to(root).as_posix()
+        for folder in ("infra", "projections", "domain")
+        for path in (root / folder).rglob("*.py")
+        if path.name != "log_follow.py"
+        and re.search(r"\bFollower\(", path.read_text(encoding="utf-8"))
+    }
+    text = (root / "docs" / "architecture.md").read_text(encoding="utf-8")
+    section = text.split("## Followers of the log", 1)[1].split("\n## ", 1)[0]
+    table = [line for line in section.splitlines() if line.startswith("| the ")]
+    first_cells = [line.split("|")[1] for line in table]
+    named = {m for cell in first_cells for m in re.findall(r"`([\w/]+\.py)`", cell)}
+    expected = {
+        "infra/service_layer/purge.py",
+        "infra/merkle_follow.py",
+        "infra/http/wake_follow.py",
+    }
+    assert users == named == expected
+
+
+def test_the_librarys_sqlite_recorder_cannot_be_subscribed_to() -> None:
+    """Why the library's `ProjectionRunner` does not run the followers
+    (docs/architecture.md): it needs `subscribe()`, which SQLite lacks."""
+    app: Application[Any] = Application(
+        env={"PERSISTENCE_MODULE": "eventsourcing.sqlite", "SQLITE_DBNAME": ":memory:"}
+    )
+    try:
+        with pytest.raises(NotImplementedError):
+            app.recorder.subscribe(gt=None)
+    finally:
+        app.close()
