@@ -14,6 +14,9 @@ from typing import Any, Protocol
 from turnledger.domain.merkle import Coordinate, Node, ProofError
 from turnledger.domain.transparency import RawLog
 
+LeafRow = tuple[int, int, bytes, bytes]
+"""(position, notification id, leaf input, leaf hash): one row of `merkle_leaves`."""
+
 
 class TreeWriter(Protocol):
     """One transaction of the follower."""
@@ -24,15 +27,12 @@ class TreeWriter(Protocol):
 
     def read_nodes(self, coordinates: Sequence[Coordinate]) -> list[bytes]: ...
 
-    def append(
-        self,
-        nodes: Sequence[Node],
-        leaves: Sequence[tuple[int, int, bytes, bytes]],
-        size: int,
-        last_id: int,
-    ) -> None:
-        """Store new nodes (level 1 up) and (position, notification id, leaf
-        input, leaf hash) rows."""
+    def append(self, nodes: Sequence[Node], leaves: Sequence[LeafRow]) -> None:
+        """Store new nodes (level 1 up) and leaf rows."""
+        ...
+
+    def track(self, size: int, last_id: int) -> None:
+        """Record the tree's size and the notification id of its last leaf."""
         ...
 
 

@@ -13,7 +13,7 @@ import psycopg
 from psycopg import sql
 
 from turnledger.domain.merkle import Coordinate, Node
-from turnledger.infra.merkle_ports import checked_nodes
+from turnledger.infra.merkle_ports import LeafRow, checked_nodes
 from turnledger.infra.migrations.runner import (
     StoreNames,
     ensure_schema,
@@ -40,13 +40,7 @@ class _PostgresWriter:
     def read_nodes(self, coordinates: Sequence[Coordinate]) -> list[bytes]:
         return self._store.nodes_with(self._cursor, coordinates)
 
-    def append(
-        self,
-        nodes: Sequence[Node],
-        leaves: Sequence[tuple[int, int, bytes, bytes]],
-        size: int,
-        last_id: int,
-    ) -> None:
+    def append(self, nodes: Sequence[Node], leaves: Sequence[LeafRow]) -> None:
         tables = self._store.tables
         copy_nodes = sql.SQL("COPY {} (level, idx, hash) FROM STDIN").format(
             tables["nodes"]
@@ -60,10 +54,12 @@ class _PostgresWriter:
         with self._cursor.copy(copy_leaves) as copy:
             for leaf in leaves:
                 copy.write_row(leaf)
+
+    def track(self, size: int, last_id: int) -> None:
         self._cursor.execute(
             sql.SQL(
                 "UPDATE {} SET size = %s, notification_id = %s WHERE id = 1"
-            ).format(tables["tracking"]),
+            ).format(self._store.tables["tracking"]),
             (size, last_id),
         )
 

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from turnledger.domain.merkle import Coordinate, Node
-from turnledger.infra.merkle_ports import checked_nodes
+from turnledger.infra.merkle_ports import LeafRow, checked_nodes
 from turnledger.infra.migrations.runner import (
     StoreNames,
     migrate_sqlite,
@@ -33,13 +33,7 @@ class _SQLiteWriter:
     def read_nodes(self, coordinates: Sequence[Coordinate]) -> list[bytes]:
         return _sqlite_nodes(self._connection, coordinates)
 
-    def append(
-        self,
-        nodes: Sequence[Node],
-        leaves: Sequence[tuple[int, int, bytes, bytes]],
-        size: int,
-        last_id: int,
-    ) -> None:
+    def append(self, nodes: Sequence[Node], leaves: Sequence[LeafRow]) -> None:
         self._connection.executemany(
             "INSERT INTO merkle_nodes VALUES (?, ?, ?)",
             [(n.level, n.offset, n.hash) for n in nodes],
@@ -47,6 +41,8 @@ class _SQLiteWriter:
         self._connection.executemany(
             "INSERT INTO merkle_leaves VALUES (?, ?, ?, ?)", leaves
         )
+
+    def track(self, size: int, last_id: int) -> None:
         self._connection.execute(
             "UPDATE merkle_tracking SET size = ?, notification_id = ? WHERE id = 1",
             (size, last_id),

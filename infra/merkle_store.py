@@ -29,6 +29,7 @@ from turnledger.infra.merkle_follow import (
 )
 from turnledger.infra.merkle_ports import (
     CountedLog,
+    LeafRow,
     LeafStore,
     TreeWriter,
     checked_nodes,
@@ -72,19 +73,16 @@ class MemoryLeafStore:
     def tracking(self) -> tuple[int, int | None]:
         return len(self._leaves), self._last_id
 
-    def append(
-        self,
-        nodes: Sequence[Node],
-        leaves: Sequence[tuple[int, int, bytes, bytes]],
-        size: int,
-        last_id: int,
-    ) -> None:
+    def append(self, nodes: Sequence[Node], leaves: Sequence[LeafRow]) -> None:
         for node in nodes:
             self._nodes[(node.level, node.offset)] = node.hash
         for position, notification_id, data, leaf in leaves:
             self._leaves.append((notification_id, data))
             self._nodes[(0, position)] = leaf
             self._positions[notification_id] = position
+
+    def track(self, size: int, last_id: int) -> None:
+        # The size is the number of leaves appended, kept by `append`.
         self._last_id = last_id
 
     def size(self) -> int:

@@ -31,20 +31,17 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
-from uuid import UUID
 
 import psycopg
 from psycopg import sql
 
 from turnledger.domain.errors import LongPollLimitError
 from turnledger.infra.devices import DeviceRegistry
+from turnledger.infra.http.wake_follow import LogFollower
 from turnledger.infra.postgres import woken_owners
-from turnledger.infra.service_layer.application import Conversations
-from turnledger.infra.service_layer.feed import ConversationFeed
 
 logger = logging.getLogger(__name__)
 
-_LOG_PAGE = 500
 _REVOCATION_OVERLAP = timedelta(seconds=5)
 
 T = TypeVar("T")
@@ -211,38 +208,6 @@ def release_long_polls() -> None:
     """Answer every long-poll of this process now: the server is stopping."""
     for signals in list(_OPEN_SIGNALS):
         signals.close()
-
-
-class LogFollower:
-    """The owners of the events committed since the last look."""
-
-    def __init__(self, ledger: Conversations, feed: ConversationFeed) -> None:
-        self._ledger = ledger
-        self._feed = feed
-        self._position: int | None = None
-
-    def changed_owners(self) -> set[str]:
-        if self._position is None:
-            self._position = self._feed.head_position()
-            return set()
-        owners: set[str] = set()
-        while True:
-            page = self._ledger.recorder.select_notifications(
-                start=self._position + 1, limit=_LOG_PAGE
-            )
-            if page:
-                # One read of the owners for the whole page.
-                rows = self._ledger.read_side.conversations(
-                    {_as_uuid(n.originator_id) for n in page}
-                )
-                owners.update(row.owner_id for row in rows.values())
-                self._position = page[-1].id
-            if len(page) < _LOG_PAGE:
-                return owners
-
-
-def _as_uuid(value: UUID | str) -> UUID:
-    return value if isinstance(value, UUID) else UUID(str(value))
 
 
 class _Watcher:

@@ -1,4 +1,4 @@
-"""The ledger for application services: commands here, queries on the read side.
+"""The ledger for application services: commands beside it, queries on the read side.
 
 Every write goes through one group committer (infra/service_layer/group_commit.py): the
 writes queued by concurrent callers are checked one after another against
@@ -13,7 +13,6 @@ the turns they return (projections/queries.py), never an aggregate.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 from uuid import UUID, uuid4
@@ -26,24 +25,13 @@ from eventsourcing.persistence import (
     Recording,
 )
 
-from turnledger.domain.conversation import (
-    TurnStatus,
-)
-from turnledger.domain.errors import (
-    InvalidInputError,
-    PurgeIncompleteError,
-)
-from turnledger.domain.parts import TurnParts
+from turnledger.domain.errors import InvalidInputError
 from turnledger.domain.ports import TextVault
-from turnledger.domain.text import (
-    DEFAULT_MAX_TURN_BYTES,
-    check_expected_version,
-    check_identifier,
-    check_text,
-    check_turn_size,
-)
+from turnledger.domain.text import DEFAULT_MAX_TURN_BYTES, check_identifier
 from turnledger.domain.transcodings import register_legacy_transcodings
+from turnledger.infra.service_layer.application_history import HistoryCommands
 from turnledger.infra.service_layer.application_reads import ConversationReads
+from turnledger.infra.service_layer.application_turns import TurnCommands
 from turnledger.infra.service_layer.batch import (
     Batch,
     BatchWriter,
@@ -55,20 +43,14 @@ from turnledger.infra.service_layer.chain_mapper import (
     ChainSealingMapper,
 )
 from turnledger.infra.service_layer.group_commit import GroupCommitter
-from turnledger.infra.service_layer.history_edits import deletion_run, fold_run
-from turnledger.infra.service_layer.purge import PurgeReport, PurgeRunner
+from turnledger.infra.service_layer.purge import PurgeRunner
 from turnledger.infra.service_layer.results import (
     DeletionReceipt,
     FoldReceipt,
     TurnReceipt,
-    TurnRequest,
 )
 from turnledger.infra.service_layer.turn_requests import TurnRequests
-from turnledger.infra.service_layer.turn_writes import (
-    TurnWrites,
-    check_conversation_id,
-    turn_parts,
-)
+from turnledger.infra.service_layer.turn_writes import TurnWrites
 from turnledger.projections.queries import ConversationQueries
 from turnledger.projections.read_side import ReadSide
 from turnledger.projections.results import (
@@ -93,8 +75,13 @@ __all__ = [
 ]
 
 
-class Conversations(ConversationReads, Application[UUID]):
-    """The conversation ledger, for application services."""
+class Conversations(
+    TurnCommands, HistoryCommands, ConversationReads, Application[UUID]
+):
+    """The conversation ledger, for application services: its turn commands
+    (application_turns.py), history edits (application_history.py) and
+    queries (application_reads.py) are mixed in; this class builds the
+    parts they share and connects the library's persistence hooks."""
 
     name = "Conversations"
     # The aggregate is rebuilt from its read-side row (a snapshot written in
@@ -223,247 +210,10 @@ class Conversations(ConversationReads, Application[UUID]):
         if conversation_id is not None and not isinstance(conversation_id, UUID):
             raise InvalidInputError("conversation_id", "expected a UUID")
         chosen = conversation_id or uuid4()
-        self._submit(
+        self._committer.submit(
             Write(owner_id, chosen, lambda conversation, batch: None, creates=True)
         )
         return chosen
-
-    def confirm_turn(
-        self,
-        owner_id: str,
-        conversation_id: UUID,
-        *,
-        turn_id: str,
-        question: str | None = None,
-        answer: str | None = None,
-        parts: TurnParts | None = None,
-        expected_version: int | None = None,
-        window: ProjectedWindow | None = None,
-    ) -> TurnReceipt:
-        """Record a completed exchange. Retrying with the same content is a no-op.
-
-        Give `question` and `answer` (a text-only turn), or `parts`: the
-        question with its attachments, the assistant's steps (text, tool
-        calls and their results, refusals) and the final answer
-        (domain/parts.py). Every tool call of a confirmed turn has its result.
-        `window` is the projected window this answer replied to: its receipt
-        is kept with the turn so an audit can prove what was sent.
-        """
-        receipt: TurnReceipt = self._submit(
-            self._requests.confirmed(
-                owner_id,
-                conversation_id,
-                turn_id=turn_id,
-                question=question,
-                answer=answer,
-                parts=parts,
-                expected_version=expected_version,
-                window=window,
-            )
-        )
-        return receipt
-
-    def record_turns(
-        self, requests: Sequence[TurnRequest]
-    ) -> list[TurnReceipt | Exception]:
-        """Many turns, of any owners and conversations, each written exactly
-        as `confirm_turn` or `record_abandoned_turn` writes it, in shared
-        transactions; writes of one conversation in the order given.
-
-        Each request's outcome is in its place: its receipt, or the error that
-        refused it, which refused nothing else. For services that gather
-        concurrent requests into one call (the HTTP service's turn writes).
-        """
-        outcomes: list[TurnReceipt | Exception | None] = []
-        writes: list[Write] = []
-        places: list[int] = []
-        for request in requests:
-            try:
-                writes.append(self._requests.request(request))
-            except Exception as error:  # this request's refusal, in its place
-                outcomes.append(error)
-            else:
-                places.append(len(outcomes))
-                outcomes.append(None)  # filled in once committed
-        for place, pending in zip(
-            places, self._committer.submit_many(writes), strict=True
-        ):
-            try:
-                outcomes[place] = pending.outcome()
-            except Exception as error:
-                outcomes[place] = error
-        assert all(outcome is not None for outcome in outcomes)
-        return cast(list[TurnReceipt | Exception], outcomes)
-
-    def confirm_turns(
-        self,
-        owner_id: str,
-        conversation_id: UUID,
-        turns: Sequence[tuple[str, str, str] | tuple[str, TurnParts]],
-    ) -> list[TurnReceipt]:
-        """Record many completed exchanges in order: (turn id, question, answer)
-        or (turn id, TurnParts) each.
-
-        For importing a history: the turns are saved in shared transactions
-        (up to 64 a transaction), each checked like `confirm_turn` and recorded
-        or refused on its own; once all were tried, the first refusal is raised.
-        Input that is malformed is refused before anything is written.
-        """
-        writes = []
-        for index, item in enumerate(turns):
-            if (
-                isinstance(item, str)
-                or not isinstance(item, Sequence)
-                or len(item) not in (2, 3)
-            ):
-                raise InvalidInputError(
-                    f"turns[{index}]",
-                    "expected (turn_id, question, answer) or (turn_id, TurnParts)",
-                )
-            if len(item) == 3:
-                turn = turn_parts(item[1], item[2], None, answer_field="answer")
-            else:
-                turn = turn_parts(None, None, item[1], answer_field="answer")
-            turn.check_complete()
-            writes.append(
-                self._turns.write(
-                    owner_id,
-                    conversation_id,
-                    turn_id=item[0],
-                    status=TurnStatus.CONFIRMED,
-                    turn=turn,
-                    expected_version=None,
-                )
-            )
-        return [request.outcome() for request in self._committer.submit_many(writes)]
-
-    def record_abandoned_turn(
-        self,
-        owner_id: str,
-        conversation_id: UUID,
-        *,
-        turn_id: str,
-        outcome: TurnStatus | str,
-        question: str | None = None,
-        partial_answer: str | None = None,
-        parts: TurnParts | None = None,
-        expected_version: int | None = None,
-    ) -> TurnReceipt:
-        """Record an exchange whose reply failed or was stopped: never sent.
-
-        Give `question` (and any `partial_answer`), or `parts`, which may end
-        mid-tool: calls without results, an empty answer.
-        """
-        receipt: TurnReceipt = self._submit(
-            self._requests.abandoned(
-                owner_id,
-                conversation_id,
-                turn_id=turn_id,
-                outcome=outcome,
-                question=question,
-                partial_answer=partial_answer,
-                parts=parts,
-                expected_version=expected_version,
-            )
-        )
-        return receipt
-
-    def delete_history(
-        self,
-        owner_id: str,
-        conversation_id: UUID,
-        *,
-        turn_ids: Sequence[str] | None = None,
-        deleted_by: str | None = None,
-        expected_version: int | None = None,
-    ) -> DeletionReceipt:
-        """Delete the chosen turns, or the whole history when turn_ids is None."""
-        check_identifier("owner_id", owner_id)
-        check_conversation_id(conversation_id)
-        check_expected_version(expected_version)
-        actor = check_identifier("deleted_by", deleted_by or owner_id)
-        wanted: list[str] | None = None
-        if turn_ids is not None:
-            if isinstance(turn_ids, str) or not isinstance(turn_ids, Sequence):
-                raise InvalidInputError(
-                    "turn_ids", "expected a list of turn ids or None"
-                )
-            wanted = [check_identifier("turn_id", turn_id) for turn_id in turn_ids]
-
-        run = deletion_run(
-            self.read_side,
-            wanted=wanted,
-            deleted_by=actor,
-            expected_version=expected_version,
-        )
-        deleted, version = self._submit(
-            Write(owner_id, conversation_id, run, turn_ids=tuple(wanted or ()))
-        )
-        # The event is saved: from here the deletion stands. The purge destroys
-        # the keys as a tracked follower of the log, so if it fails or the
-        # process dies now, the next purge run (or start-up) completes it.
-        try:
-            report = self.purge_deleted_history()
-        except Exception as error:
-            raise PurgeIncompleteError(conversation_id) from error
-        return DeletionReceipt(conversation_id, tuple(deleted), version, purge=report)
-
-    def purge_deleted_history(self) -> PurgeReport:
-        """Destroy the keys of every deleted turn not yet purged; compact the store."""
-        return self.purge.run()
-
-    def record_fold(
-        self,
-        owner_id: str,
-        conversation_id: UUID,
-        *,
-        covers_through_turn_id: str,
-        summary: str,
-        summarized_version: int,
-        fold_id: str | None = None,
-        expected_version: int | None = None,
-    ) -> FoldReceipt:
-        """Record a summary that stands in for every turn up to the given one.
-
-        Written by the application service that made the summary; windows send
-        it instead of the turns it covers. `summarized_version` is the ledger
-        version of the history the summary was made from: the fold is refused
-        if a turn it covers was deleted after it. Deleting any covered turn
-        later withdraws the fold and destroys its text.
-        """
-        check_identifier("owner_id", owner_id)
-        check_conversation_id(conversation_id)
-        check_identifier("covers_through_turn_id", covers_through_turn_id)
-        check_text("summary", summary)
-        check_turn_size(summary, limit=self.max_turn_bytes)
-        check_expected_version(expected_version)
-        if (
-            isinstance(summarized_version, bool)
-            or not isinstance(summarized_version, int)
-            or summarized_version < 1
-        ):
-            raise InvalidInputError(
-                "summarized_version",
-                "the ledger version the summary was made from (a positive integer)",
-            )
-        fold_id = check_identifier("fold_id", fold_id or uuid4().hex)
-
-        run = fold_run(
-            self.read_side,
-            self.vault,
-            fold_id=fold_id,
-            covers_through_turn_id=covers_through_turn_id,
-            summary=summary,
-            summarized_version=summarized_version,
-            expected_version=expected_version,
-        )
-        result: FoldReceipt = self._submit(
-            Write(owner_id, conversation_id, run, turn_ids=(covers_through_turn_id,))
-        )
-        return result
-
-    def _submit(self, write: Write) -> Any:
-        return self._committer.submit(write)
 
 
 def _is_read_side(recorder: object) -> bool:

@@ -9,6 +9,10 @@ between the event and the purge therefore leaves a deletion that the next run
 deleted are never touched. Re-running is harmless: destroying a missing key
 deletes nothing.
 
+It is a `Follower` (infra/log_follow.py) made of the library's parts: the
+key store is the projection's `TrackingRecorder`, and the run reads the
+log's notifications of these two topics up to the head it found.
+
 After destroying keys, the purge compacts the key store (rewrites its files),
 because deleted rows otherwise stay readable on disk until the database
 reuses the space. Compaction is tracked too, so it also completes after a crash.
@@ -28,6 +32,12 @@ from eventsourcing.utils import get_topic
 
 from turnledger.domain.conversation import Conversation, fold_key_id
 from turnledger.domain.ports import KeyPurgeView
+from turnledger.infra.log_follow import (
+    Follower,
+    NotificationReader,
+    ProjectionHandler,
+    TrackedPosition,
+)
 
 # Notifications read per page while catching up.
 _PAGE = 1000
@@ -116,27 +126,17 @@ class PurgeRunner:
         processed_before = self._purge.deletions_processed
         destroyed_before = self._purge.keys_destroyed
         if head is not None and (position is None or position < head):
-            start = position or 0
-            while True:
-                page = recorder.select_notifications(
-                    start=start,
-                    limit=_PAGE,
-                    stop=head,
-                    topics=self._purge.topics,
-                    inclusive_of_start=False,
-                )
-                for notification in page:
-                    self._purge.process_event(
-                        self._app.mapper.to_domain_event(notification),
-                        Tracking(name, notification.id),
-                    )
-                    start = notification.id
-                if len(page) < _PAGE:
-                    break
-            # Everything up to the head has been seen: start there next time,
-            # so start-up does not rescan a log with no deletions in it.
-            view.insert_tracking(Tracking(name, head))
-            position = head
+            # Read up to the head as it is now: the position then reaches it
+            # even past events of other topics, so start-up does not rescan a
+            # log with no deletions in it.
+            position = Follower(
+                position=TrackedPosition(view, name),
+                read_page=NotificationReader(
+                    recorder, topics=self._purge.topics, stop=head
+                ),
+                handle=ProjectionHandler(self._purge, self._app.mapper, name),
+                page_size=_PAGE,
+            ).run()
         compacted = False
         if view.needs_compaction(name):
             compacted = view.compact(name)
