@@ -29,6 +29,7 @@ import threading
 import weakref
 from collections import Counter
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
@@ -55,40 +56,68 @@ class SharedReads:
     and the others await its result, so the change is read, decoded and
     decrypted once, not once per device.
 
-    A waiter may only join a read that cannot have missed a change it must
-    see. The key therefore holds the wake-up event the waiter took before
-    reading (`UserSignals.current`): every waiter holding that event took it
-    before any later change fired it, and a change the shared read missed
-    fires that same event, so all of them wake and read again. A read that
-    must see a WAL position (reads on a replica) is joined only by waiters
-    that need no more than it.
+    A waiter may wait on the result only if the read cannot have missed a
+    change it must see. Such a read is *exact* for it: read from its cursor,
+    and keyed by the wake-up event the waiter took before reading
+    (`UserSignals.current`): every waiter holding that event took it before
+    any later change fired it, and a change the shared read missed fires that
+    same event, so all of them wake and read again. A read that must see a
+    WAL position (reads on a replica) is joined only by waiters that need no
+    more than it.
+
+    With `any_cursor`, a waiter also joins a read in flight that started at
+    or before its cursor, under another event: devices whose cursors drifted
+    apart (each answered at a different moment while writes keep coming) are
+    served by one read again, and from then on hold the same cursor. Such a
+    result is not exact: the caller keeps the changes after its own cursor
+    and, if none are left, reads for itself before it may wait.
     """
 
     def __init__(self) -> None:
-        self._reads: dict[Hashable, tuple[int, asyncio.Future[Any]]] = {}
+        self._reads: dict[Hashable, _InFlight] = {}
         self.started = 0
         self.joined = 0
 
     async def read(
-        self, key: Hashable, wal: int, start: Callable[[], Awaitable[T]]
-    ) -> T:
+        self,
+        key: Hashable,
+        *,
+        position: int,
+        wal: int,
+        woken: asyncio.Event,
+        start: Callable[[], Awaitable[T]],
+        any_cursor: bool = False,
+    ) -> tuple[T, bool]:
+        """The result of a read from `position` (joined or started), and
+        whether it is exact for this waiter."""
         entry = self._reads.get(key)
-        if entry is not None and entry[0] >= wal and not entry[1].done():
-            self.joined += 1
-            result: T = await asyncio.shield(entry[1])
-            return result
+        if entry is not None and entry.wal >= wal and not entry.future.done():
+            exact = entry.position == position and entry.woken is woken
+            if exact or (any_cursor and entry.position <= position):
+                self.joined += 1
+                result: T = await asyncio.shield(entry.future)
+                return result, exact
         future: asyncio.Future[T] = asyncio.ensure_future(start())
-        self._reads[key] = (wal, future)
+        started = _InFlight(position, wal, woken, future)
+        self._reads[key] = started
         self.started += 1
 
         def forget(_: asyncio.Future[T]) -> None:
-            if self._reads.get(key, (0, None))[1] is future:
+            if self._reads.get(key) is started:
                 del self._reads[key]
 
         future.add_done_callback(forget)
         # Shielded: a waiter whose client went away must not cancel the read
         # the others are waiting for.
-        return await asyncio.shield(future)
+        return await asyncio.shield(future), True
+
+
+@dataclass(frozen=True, slots=True)
+class _InFlight:
+    position: int
+    wal: int
+    woken: asyncio.Event
+    future: asyncio.Future[Any]
 
 
 class UserSignals:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -69,6 +70,14 @@ class _Read:
     at: int
     """The WAL position the read was served at (0: no replica)."""
     changes_json: bytes
+
+    def after(self, position: int) -> _Read:
+        """The changes of this read after log `position` (a later cursor's
+        share of a read another long-poll started)."""
+        batch = self.batch.after(position)
+        if batch is self.batch:
+            return self
+        return _Read(batch, self.at, _render(batch.changes))
 
 
 @router.get("/sync", response_model=SyncOut)
@@ -168,8 +177,12 @@ def _pull(service: Service, user_id: str, position: int, wal: int, limit: int) -
             return service.feed.changes_since(user_id, position, limit=limit)
 
     batch, at = service.reads.read(wal, changes)
-    rendered = _CHANGES_JSON.dump_json([_change_out(c) for c in batch.changes])
+    rendered = _render(batch.changes)
     return _Read(batch, at, rendered)
+
+
+def _render(changes: Sequence[Change]) -> bytes:
+    return _CHANGES_JSON.dump_json([_change_out(c) for c in changes])
 
 
 async def _read_or_wait(
@@ -200,21 +213,8 @@ async def _read_or_wait(
             woken = service.signals.current(device.user_id)
             # A wake-up comes after the commit's position is known to this
             # process, so a read on a replica waits until it has replayed it.
-            # The user's other long-polls holding the same event and cursor
-            # share this read (notifier.SharedReads).
-            read = await service.signals.shared_reads.read(
-                (device.user_id, position, limit, woken),
-                wal,
-                functools.partial(
-                    run_in_threadpool,
-                    _pull,
-                    service,
-                    device.user_id,
-                    position,
-                    wal,
-                    limit,
-                ),
-            )
+            # The user's other long-polls share this read (notifier.SharedReads).
+            read = await _shared_read(service, device, position, wal, limit, woken)
             if waited and await run_in_threadpool(
                 service.registry.is_revoked, device.device_id
             ):
@@ -237,6 +237,37 @@ async def _read_or_wait(
                 return read
     finally:
         gone.cancel()
+
+
+async def _shared_read(
+    service: Service,
+    device: Device,
+    position: int,
+    wal: int,
+    limit: int,
+    woken: asyncio.Event,
+) -> _Read:
+    """The user's changes after `position`, read once for the long-polls of
+    the user that ask at the same time: from a read of another of them in
+    flight if it started at or before this cursor and holds something newer,
+    else from a read exact for this one (one it may wait after)."""
+    shared = service.signals.shared_reads
+    start = functools.partial(
+        run_in_threadpool, _pull, service, device.user_id, position, wal, limit
+    )
+    key = (device.user_id, limit)
+    read, exact = await shared.read(
+        key, position=position, wal=wal, woken=woken, start=start, any_cursor=True
+    )
+    if exact:
+        return read
+    read = read.after(position)
+    if read.batch.changes:
+        return read
+    read, _ = await shared.read(
+        key, position=position, wal=wal, woken=woken, start=start
+    )
+    return read
 
 
 async def _disconnected(receive: Receive) -> None:

@@ -13,6 +13,7 @@ position is older than a deletion never receives the deleted words.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -115,6 +116,18 @@ class ChangeBatch:
     """The log position to resume from: past everything this read looked at."""
     caught_up: bool
     """True when the read reached the head of the log."""
+    positions: tuple[int, ...] = ()
+    """Each change's log position (as many as `changes`, in the same order)."""
+
+    def after(self, position: int) -> ChangeBatch:
+        """The changes after log `position`: what a read from there would
+        have returned of this one (`position` at or before this batch's end)."""
+        index = bisect.bisect_right(self.positions, position)
+        if index == 0:
+            return self
+        return ChangeBatch(
+            self.changes[index:], self.position, self.caught_up, self.positions[index:]
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,7 +183,12 @@ class ConversationFeed:
                 "is past the end of the log (was the store restored from an older "
                 "backup?); sync again from the beginning",
             )
-        return ChangeBatch(tuple(self._describe(mine, owner_id)), position, caught_up)
+        return ChangeBatch(
+            tuple(self._describe(mine, owner_id)),
+            position,
+            caught_up,
+            tuple(notification.id for notification in mine),
+        )
 
     def deletions_of(self, owner_id: str) -> list[HistoryDeletedChange]:
         """Every deletion the owner's conversations recorded, in log order

@@ -266,3 +266,22 @@ def test_folds_arrive_as_other_changes_without_their_text(
     ]
     assert "HistoryDeletedChange" in kinds
     assert [c.version for c in changes] == list(range(1, len(changes) + 1))
+
+
+def test_a_batch_after_a_later_position_is_what_a_read_from_there_returns(
+    ledger: Conversations,
+) -> None:
+    """A long-poll whose cursor is ahead of a shared read keeps only the
+    changes after its own cursor (sync_routes._shared_read)."""
+    feed = ConversationFeed(ledger)
+    conversation = ledger.start_conversation("alice")
+    for n in range(4):
+        ledger.confirm_turn(
+            "alice", conversation, turn_id=f"t{n}", question="q", answer="a"
+        )
+    whole = feed.changes_since("alice", 0, limit=100)
+    assert len(whole.positions) == len(whole.changes) == 5
+    assert whole.after(0) is whole
+    for position in (*whole.positions, whole.positions[0] + 1):
+        later = feed.changes_since("alice", position, limit=100)
+        assert whole.after(position) == later

@@ -25,26 +25,80 @@ def test_waiters_holding_one_key_share_one_read() -> None:
         async def read() -> str:
             nonlocal calls
             calls += 1
+            number = calls
             await release.wait()
-            return f"batch {calls}"
+            return f"batch {number}"
+
+        def waiter(
+            event: asyncio.Event, *, position: int = 7, wal: int = 0
+        ) -> asyncio.Future[tuple[str, bool]]:
+            return asyncio.ensure_future(
+                shared.read("ann", position=position, wal=wal, woken=event, start=read)
+            )
 
         event = asyncio.Event()
-        first = asyncio.ensure_future(shared.read(("ann", 7, 100, event), 0, read))
-        second = asyncio.ensure_future(shared.read(("ann", 7, 100, event), 0, read))
+        first, second = waiter(event), waiter(event)
         # Another wake-up event (a change fired in between): a read of its own.
-        other = asyncio.ensure_future(
-            shared.read(("ann", 7, 100, asyncio.Event()), 0, read)
-        )
+        other = waiter(asyncio.Event())
         # A waiter that must see a later WAL position does not join.
-        later = asyncio.ensure_future(shared.read(("ann", 7, 100, event), 5, read))
+        later = waiter(event, wal=5)
         await asyncio.sleep(0)
         release.set()
         results = await asyncio.gather(first, second, other, later)
-        assert results[0] == results[1]
+        assert results[0] == results[1] == ("batch 1", True)
+        assert all(exact for _, exact in results)
         assert calls == 3
         assert (shared.started, shared.joined) == (3, 1)
         # Once a read is done its key is free: the next read is a new one.
-        assert await shared.read(("ann", 7, 100, event), 0, read) == "batch 4"
+        assert await waiter(event) == ("batch 4", True)
+
+    asyncio.run(scenario())
+
+
+def test_a_later_cursor_joins_a_read_in_flight_that_is_not_exact_for_it() -> None:
+    async def scenario() -> None:
+        shared = SharedReads()
+        calls = 0
+        release = asyncio.Event()
+
+        async def read() -> str:
+            nonlocal calls
+            calls += 1
+            number = calls
+            await release.wait()
+            return f"batch {number}"
+
+        def waiter(position: int, *, any_cursor: bool) -> asyncio.Future[Any]:
+            return asyncio.ensure_future(
+                shared.read(
+                    "ann",
+                    position=position,
+                    wal=0,
+                    woken=asyncio.Event(),
+                    start=read,
+                    any_cursor=any_cursor,
+                )
+            )
+
+        first = waiter(7, any_cursor=True)
+        await asyncio.sleep(0)
+        # Started later, at or after the read's cursor: joins, not exact.
+        ahead = waiter(9, any_cursor=True)
+        # Behind the read in flight: it cannot hold this one's changes.
+        behind = waiter(5, any_cursor=True)
+        await asyncio.sleep(0)
+        release.set()
+        assert await first == ("batch 1", True)
+        assert await ahead == ("batch 1", False)
+        assert await behind == ("batch 2", True)
+        # Without `any_cursor` only an exact read is joined.
+        release.clear()
+        leader = waiter(7, any_cursor=False)
+        await asyncio.sleep(0)
+        alone = waiter(9, any_cursor=False)
+        await asyncio.sleep(0)
+        release.set()
+        assert (await leader, await alone) == (("batch 3", True), ("batch 4", True))
 
     asyncio.run(scenario())
 
@@ -58,13 +112,18 @@ def test_a_waiter_that_goes_away_does_not_cancel_the_shared_read() -> None:
             await release.wait()
             return "batch"
 
-        key = ("ann", 0, 100, asyncio.Event())
-        leaving = asyncio.ensure_future(shared.read(key, 0, read))
-        staying = asyncio.ensure_future(shared.read(key, 0, read))
+        event = asyncio.Event()
+
+        def waiter() -> asyncio.Future[tuple[str, bool]]:
+            return asyncio.ensure_future(
+                shared.read("ann", position=0, wal=0, woken=event, start=read)
+            )
+
+        leaving, staying = waiter(), waiter()
         await asyncio.sleep(0)
         leaving.cancel()
         release.set()
-        assert await staying == "batch"
+        assert await staying == ("batch", True)
 
     asyncio.run(scenario())
 
