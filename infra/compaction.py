@@ -31,17 +31,18 @@ module removes all three and *verifies* it before reporting complete:
    (archiving, replication slots, wal_keep_size, wal_recycle, privileges) is
    reported as the reason compaction is pending; a later run re-checks.
 
-The state lives in `<schema>.key_compaction` (made by the key store's
-migration step 3, infra/migrations/stores.py), so every process (and the
-HTTP route) sees why a compaction is pending. See docs/deletion.md.
+The steps have modules of their own: the horizon (compaction_horizon.py),
+the rewrite and its verification (compaction_rewrite.py) and the WAL's holds
+(compaction_wal.py); this one runs them and keeps the state. The state lives
+in `<schema>.key_compaction` (made by the key store's migration step 3,
+infra/migrations/stores.py), so every process (and the HTTP route) sees why
+a compaction is pending. See docs/deletion.md.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 import threading
-import time
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
@@ -51,9 +52,26 @@ from psycopg import errors, sql
 from psycopg_pool import ConnectionPool
 
 from turnledger.infra import wal, wal_members
-from turnledger.infra.migrations.ledger import read_side_partition
+from turnledger.infra.compaction_horizon import OLDER_TRANSACTIONS, wait_for_horizon
+from turnledger.infra.compaction_rewrite import (
+    READ_SIDE_SIZE_TABLES,
+    read_side_relations,
+    rewrite_partitions,
+)
+from turnledger.infra.compaction_wal import wal_holds
 from turnledger.infra.migrations.stores import KEY_COMPACTION_TABLE
 from turnledger.infra.pool_queries import fetch_one
+
+__all__ = [
+    "DEFAULT_CHECKPOINT_WAIT_SECONDS",
+    "DEFAULT_LOCK_TIMEOUT_MS",
+    "OLDER_TRANSACTIONS",
+    "READ_SIDE_SIZE_TABLES",
+    "CompactionOutcome",
+    "KeyCompaction",
+    "read_side_relations",
+    "wait_for_horizon",
+]
 
 logger = logging.getLogger("turnledger.purge")
 
@@ -64,25 +82,6 @@ DEFAULT_CHECKPOINT_WAIT_SECONDS = 0.2
 # How long VACUUM FULL may wait for a partition's lock before compaction gives
 # up (every key read and write of that partition queues behind it meanwhile).
 DEFAULT_LOCK_TIMEOUT_MS = 200
-
-_LEADING_COUNT = re.compile(r"^\s*(\d+)")
-
-# The read side's tables whose rows held sizes a deletion erased: the row
-# versions from before the erasure stay in their files until rewritten.
-# Partitioned by the key table's hash (infra/migrations/ledger.py, step 5).
-READ_SIDE_SIZE_TABLES = ("conversation_turns", "conversation_folds")
-
-
-def read_side_relations(key_partitions: Collection[str]) -> list[str]:
-    """The read side's partitions that hold the rows of the conversations
-    whose keys are in `key_partitions`."""
-    return sorted(
-        {
-            read_side_partition(table, name)
-            for table in READ_SIDE_SIZE_TABLES
-            for name in key_partitions
-        }
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,54 +214,11 @@ class KeyCompaction:
             )
             if holders:
                 return tuple(f"older transaction: {h}" for h in holders)
-        kept: dict[str, int] = {}
-        counts: list[int] = []
-
-        def collect(diagnostic: psycopg.errors.Diagnostic) -> None:
-            # VACUUM (FULL, VERBOSE) reports '"schema.partition": found R
-            # removable, N nonremovable row versions in P pages' with the
-            # detail 'D dead row versions cannot be removed yet. CPU: ...'.
-            # Only the detail's leading count is read: the wording is
-            # translated with lc_messages, the count stays first.
-            counted = _LEADING_COUNT.match(diagnostic.message_detail or "")
-            if counted:
-                counts.append(int(counted[1]))
-
-        connection.add_notice_handler(collect)
-        connection.execute(
-            sql.SQL("SET lock_timeout = {}").format(sql.Literal(f"{lock_timeout_ms}ms"))
+        holds = rewrite_partitions(
+            connection, self._schema, partitions, lock_timeout_ms=lock_timeout_ms
         )
-        # The key partitions, then the read side's tables whose old row
-        # versions hold the deleted texts' sizes: before the WAL position is
-        # recorded, so the WAL that logged those rows is cleared too.
-        relations = [*sorted(partitions), *read_side_relations(partitions)]
-        try:
-            for relname in relations:
-                counts.clear()
-                connection.execute(
-                    sql.SQL("VACUUM (FULL, VERBOSE) {}").format(
-                        sql.Identifier(self._schema, relname)
-                    )
-                )
-                if counts:
-                    kept[relname] = max(counts)
-        except errors.LockNotAvailable:
-            return (
-                f"lock: another session holds a lock on a key partition or a "
-                f"read-side partition (waited {lock_timeout_ms} ms)",
-            )
-        finally:
-            connection.execute("RESET lock_timeout")
-            connection.remove_notice_handler(collect)
-        unverified = sorted(set(relations) - set(kept))
-        if unverified:
-            return (f"rewrite not verified: no report from VACUUM for {unverified}",)
-        dead = {relname: count for relname, count in kept.items() if count}
-        if dead:
-            return tuple(
-                f"older transaction: VACUUM FULL kept {count} dead row(s) of {name}"
-                for name, count in sorted(dead.items())
-            )
+        if holds:
+            return holds
         highest = wal.highest_segment(connection)
         cleared = connection.execute(
             sql.SQL(
@@ -347,37 +303,17 @@ class KeyCompaction:
                 application_name, target, checkpoint_wait_seconds
             )
         remaining = wal.segments_up_to(connection, target)
-        # Recycled segments keep their bytes under new names, and archived ones
-        # outside pg_wal: with either, an empty listing proves nothing.
-        unverifiable = [
-            hold for hold in config if hold.startswith(("wal_recycle", "archive_mode"))
-        ]
-        # Several hosts (a Patroni cluster): every member's own pg_wal.
-        members = wal_members.member_holds(self._conninfo, target)
-        if not remaining and not unverifiable and not members:
-            return ()
-        holds = list(config) + members
-        if away:
-            holds.append(
-                f"not forced out while {', '.join(away)} cannot catch up "
-                "without it (down, or not streaming)"
-            )
-        if remaining and checkpointing:
-            holds.append(
-                "a CHECKPOINT is removing the segments; it completes in the background"
-            )
-        elif remaining:
-            holds.append(
-                f"{len(remaining)} segment(s) up to {target} still in pg_wal"
-                f" (oldest {remaining[0]})"
-            )
-            if not privileges.can_force:
-                holds.append(
-                    "no privilege to force them out: needs superuser, or EXECUTE "
-                    "on pg_switch_wal() and the pg_checkpoint role"
-                )
-            holds.extend(wal.slot_holds(connection, target))
-        return tuple(f"WAL retention: {hold}" for hold in holds)
+        return wal_holds(
+            connection,
+            target=target,
+            config=config,
+            # Several hosts (a Patroni cluster): every member's own pg_wal.
+            members=wal_members.member_holds(self._conninfo, target),
+            away=away,
+            remaining=remaining,
+            checkpointing=checkpointing,
+            can_force=privileges.can_force,
+        )
 
     def _checkpoint(
         self, application_name: str, target: str, wait_seconds: float
@@ -446,55 +382,3 @@ class KeyCompaction:
             ).format(self._state),
             {"name": application_name, "holds": list(holds)},
         )
-
-
-# Horizon ----------------------------------------------------------------------
-
-# Who may still see rows deleted by transaction %(xid)s, so VACUUM FULL must
-# keep them: sessions of this database whose snapshot or xid is not newer;
-# sessions of any database holding an older xid (every snapshot taken now,
-# VACUUM's own included, treats that xid as running); prepared transactions;
-# standbys' hot_standby_feedback; replication slots. backend_xid and
-# backend_xmin are shown to every role. The rewrite's own report catches
-# anything this misses.
-OLDER_TRANSACTIONS = """
-SELECT format('session %%s in database %%s (%%s, since %%s)', pid,
-              coalesce(datname, '-'), coalesce(state, '-'),
-              coalesce(xact_start::text, '-'))
-FROM pg_stat_activity
-WHERE pid <> pg_backend_pid()
-  AND (age(backend_xid) >= age(xid(%(xid)s::xid8))
-       OR (datname = current_database()
-           AND age(backend_xmin) >= age(xid(%(xid)s::xid8))))
-UNION ALL
-SELECT format('prepared transaction %%s in database %%s', gid, database)
-FROM pg_prepared_xacts WHERE age(transaction) >= age(xid(%(xid)s::xid8))
-UNION ALL
-SELECT format('standby %%s (hot_standby_feedback)',
-              coalesce(application_name, pid::text))
-FROM pg_stat_replication WHERE age(backend_xmin) >= age(xid(%(xid)s::xid8))
-UNION ALL
-SELECT format('replication slot %%s', slot_name) FROM pg_replication_slots
-WHERE greatest(coalesce(age(xmin), 0), coalesce(age(catalog_xmin), 0))
-      >= age(xid(%(xid)s::xid8))
-"""
-
-
-def wait_for_horizon(
-    connection: psycopg.Connection[Any],
-    destroyed_xid: object,
-    *,
-    timeout_seconds: float,
-) -> list[str]:
-    """Wait until nothing older than `destroyed_xid` runs; else who still does."""
-    deadline = time.monotonic() + timeout_seconds
-    while True:
-        holders = [
-            str(row[0])
-            for row in connection.execute(
-                OLDER_TRANSACTIONS, {"xid": destroyed_xid}
-            ).fetchall()
-        ]
-        if not holders or time.monotonic() >= deadline:
-            return holders
-        time.sleep(0.05)
