@@ -19,11 +19,14 @@ from uuid import UUID
 from eventsourcing.domain import Aggregate, event
 
 from turnledger.domain.errors import (
-    FoldConflictError,
     TurnConflictError,
     TurnDeletedError,
-    TurnNotFoundError,
     VersionConflictError,
+)
+from turnledger.domain.history_rules import (
+    covered_turns,
+    covering_folds,
+    deletion_targets,
 )
 from turnledger.domain.sizes import PartsSizes, TurnSizes
 from turnledger.domain.turn_facts import (
@@ -267,20 +270,7 @@ class Conversation(Aggregate):
         live fold covering a deleted turn is withdrawn with it.
         """
         self.check_version(expected_version)
-        if requested is None:
-            targets = sorted(
-                (f for f in facts.values() if not f.deleted),
-                key=lambda f: f.position,
-            )
-        else:
-            unknown = [turn_id for turn_id in requested if turn_id not in facts]
-            if unknown:
-                raise TurnNotFoundError(self.id, unknown)
-            targets = [
-                facts[turn_id]
-                for turn_id in dict.fromkeys(requested)
-                if not facts[turn_id].deleted
-            ]
+        targets = deletion_targets(self.id, requested, facts)
         if not targets:
             return []
         self.trigger_event(
@@ -289,12 +279,7 @@ class Conversation(Aggregate):
             whole_history=requested is None,
             deleted_by=deleted_by,
         )
-        first_deleted = min(f.position for f in targets)
-        covering = [
-            fold.fold_id
-            for fold in live_folds
-            if fold.covers_through_position >= first_deleted
-        ]
+        covering = covering_folds(live_folds, targets)
         if covering:
             self.trigger_event(
                 self.FoldWithdrawn, fold_ids=covering, reason="covered turns deleted"
@@ -322,65 +307,28 @@ class Conversation(Aggregate):
         summary may hold, so it must not be kept).
         """
         self.check_version(expected_version)
-        if fold_exists:
-            raise FoldConflictError(self.id, fold_id, "is already recorded")
-        if through is None:
-            raise TurnNotFoundError(self.id, [covers_through_turn_id])
-        if through.deleted:
-            raise TurnDeletedError(self.id, covers_through_turn_id)
-        self._check_summarized(
-            fold_id, through, summarized_version, deleted_since_summary
+        covered = covered_turns(
+            self.id,
+            self.version,
+            fold_id=fold_id,
+            through=through,
+            covers_through_turn_id=covers_through_turn_id,
+            current_fold=current_fold,
+            fold_exists=fold_exists,
+            deleted_since_summary=deleted_since_summary,
+            summarized_version=summarized_version,
         )
-        covered_turns = through.position + 1
-        if current_fold is not None and covered_turns < current_fold.covered_turns:
-            raise FoldConflictError(
-                self.id,
-                fold_id,
-                f"would cover fewer turns than fold {current_fold.fold_id}",
-            )
         self.trigger_event(
             self.FoldRecorded,
             fold_id=fold_id,
             covers_through_turn_id=covers_through_turn_id,
-            covered_turns=covered_turns,
+            covered_turns=covered,
             covered_eligible=covered_eligible,
             sealed_summary=sealed_summary,
             summarized_version=summarized_version,
         )
 
-    # Rules --------------------------------------------------------------------
-
-    def _check_summarized(
-        self,
-        fold_id: str,
-        through: TurnFacts,
-        summarized_version: int | None,
-        deleted_since_summary: Sequence[str],
-    ) -> None:
-        """A fold's summary must name a version the turns it covers had, and
-        none of them may have been deleted since (its text may hold theirs)."""
-        if summarized_version is not None and summarized_version > self.version:
-            raise FoldConflictError(
-                self.id,
-                fold_id,
-                f"names version {summarized_version}, after the conversation's "
-                f"current version {self.version}",
-            )
-        if summarized_version is not None and summarized_version < through.version:
-            raise FoldConflictError(
-                self.id,
-                fold_id,
-                f"summarizes version {summarized_version}, before turn "
-                f"{through.turn_id} was recorded",
-            )
-        if deleted_since_summary:
-            raise FoldConflictError(
-                self.id,
-                fold_id,
-                "covers turns deleted after the version it summarized ("
-                + ", ".join(deleted_since_summary)
-                + "): summarize the history again",
-            )
+    # Rules (those of deletions and folds: history_rules.py) ---------------------
 
     def check_version(self, expected_version: int | None) -> None:
         if expected_version is not None and expected_version != self.version:

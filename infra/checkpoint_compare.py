@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 from uuid import UUID
 
 from turnledger.domain.findings import (
@@ -143,28 +142,42 @@ def compare_with_checkpoint(
             )
         )
         return findings
-    expected, facts, source = reference
 
     def current(position: int) -> LeafFacts | None:
         rows = log.rows(notification_ids[position] - 1, 1)
         return read_leaf_input(leaf_input(rows[0])) if rows else None
 
+    return findings + _locate(leaves, notification_ids, size, reference, current)
+
+
+# The facts of the row at a position of the log as it is now (None: unreadable).
+CurrentFacts = Callable[[int], LeafFacts | None]
+
+
+def _locate(
+    leaves: Sequence[bytes],
+    notification_ids: Sequence[int],
+    size: int,
+    reference: tuple[list[bytes], dict[int, LeafFacts], str],
+    current: CurrentFacts,
+) -> list[Finding]:
+    """Where the log departs from the checkpoint's own leaves (`reference`)."""
+    expected, facts, source = reference
     position = first_difference(leaves[:size], expected)
     original = facts.get(position)
     if position >= len(leaves):
         was = original.describe() if original else f"position {position}"
-        findings.append(
+        return [
             _finding(
                 LOG_TRUNCATED,
                 original,
                 f"the log ends after {len(leaves)} events, the checkpoint covers "
                 f"{size}: the newest {size - len(leaves)} were removed, from {was} on",
             )
-        )
-        return findings
+        ]
     now = current(position)
     if original is None or now is None:
-        findings.append(
+        return [
             _finding(
                 LOG_CHANGED,
                 now,
@@ -172,11 +185,10 @@ def compare_with_checkpoint(
                 f"{position}: {now.describe() if now else 'unreadable'} is not the "
                 f"event the checkpoint recorded there ({source} names no event)",
             )
-        )
-        return findings
-    findings.extend(_classify(leaves, notification_ids, size, expected, facts, current))
+        ]
+    found = _classify(leaves, notification_ids, size, expected, facts, current)
     if len(facts) < size:
-        findings.append(
+        found.append(
             Finding(
                 CHECKPOINT_MISMATCH,
                 None,
@@ -186,7 +198,7 @@ def compare_with_checkpoint(
                 "them are counted in the root, not listed",
             )
         )
-    return findings
+    return found
 
 
 def _classify(
@@ -195,7 +207,7 @@ def _classify(
     size: int,
     expected: Sequence[bytes],
     facts: dict[int, LeafFacts],
-    current: Any,
+    current: CurrentFacts,
 ) -> list[Finding]:
     """Every difference, by notification id: changed, removed, inserted."""
     before: dict[int, tuple[int, bytes]] = {}
@@ -215,40 +227,15 @@ def _classify(
     for notification_id in sorted(before.keys() | now.keys()):
         if notification_id in truncated:
             continue
-        old, new = before.get(notification_id), now.get(notification_id)
-        if old is not None and new is not None:
-            if old[1] == new[1]:
-                continue
-            was, is_now = facts[old[0]], current(new[0])
-            what = differences(was, is_now) if is_now else "unreadable now"
-            found.append(
-                _finding(
-                    LOG_CHANGED,
-                    is_now or was,
-                    f"notification id {notification_id} held {was.describe()} at "
-                    f"the checkpoint; changed: {what}",
-                )
-            )
-        elif old is not None:
-            was = facts[old[0]]
-            found.append(
-                _finding(
-                    LOG_REMOVED,
-                    was,
-                    f"{was.describe()} was at log position {old[0]} at the "
-                    "checkpoint and is gone",
-                )
-            )
-        elif new is not None:
-            is_now = current(new[0])
-            found.append(
-                _finding(
-                    LOG_INSERTED,
-                    is_now,
-                    f"{is_now.describe() if is_now else 'an unreadable row'} sits "
-                    "inside the checkpoint's range but the checkpoint never covered it",
-                )
-            )
+        finding = _difference(
+            notification_id,
+            before.get(notification_id),
+            now.get(notification_id),
+            facts,
+            current,
+        )
+        if finding is not None:
+            found.append(finding)
     if truncated:
         first = facts[before[truncated[0]][0]]
         found.append(
@@ -265,3 +252,42 @@ def _classify(
             Finding(CHECKPOINT_MISMATCH, None, None, f"and {rest} more differences")
         ]
     return found
+
+
+def _difference(
+    notification_id: int,
+    old: tuple[int, bytes] | None,
+    new: tuple[int, bytes] | None,
+    facts: dict[int, LeafFacts],
+    current: CurrentFacts,
+) -> Finding | None:
+    """How the row at `notification_id` differs: `old` its (position, leaf) at
+    the checkpoint, `new` now; None where it is the same."""
+    if old is not None and new is not None:
+        if old[1] == new[1]:
+            return None
+        was, is_now = facts[old[0]], current(new[0])
+        what = differences(was, is_now) if is_now else "unreadable now"
+        return _finding(
+            LOG_CHANGED,
+            is_now or was,
+            f"notification id {notification_id} held {was.describe()} at "
+            f"the checkpoint; changed: {what}",
+        )
+    if old is not None:
+        was = facts[old[0]]
+        return _finding(
+            LOG_REMOVED,
+            was,
+            f"{was.describe()} was at log position {old[0]} at the "
+            "checkpoint and is gone",
+        )
+    if new is not None:
+        is_now = current(new[0])
+        return _finding(
+            LOG_INSERTED,
+            is_now,
+            f"{is_now.describe() if is_now else 'an unreadable row'} sits "
+            "inside the checkpoint's range but the checkpoint never covered it",
+        )
+    return None

@@ -14,6 +14,7 @@ import os
 import shlex
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 from rich.console import Console
 from rich.table import Table
@@ -82,14 +83,31 @@ def demo_settings(configured: Settings) -> Settings:
     )
 
 
+Rows = list[tuple[str, ...]]
+Checks = list[tuple[str, bool]]
+
+
 def run(arguments: argparse.Namespace) -> int:
     configured = Settings()
     settings = configured if arguments.configured_store else demo_settings(configured)
     console = Console()
     console.print(f"[bold]turnledger demo[/] on the {_describe(settings)} store\n")
-    rows: list[tuple[str, ...]] = []
-    checks: list[tuple[str, bool]] = []
+    rows: Rows = []
+    checks: Checks = []
+    conversation_id = _first_session(settings, rows, checks)
+    _after_reopening(settings, conversation_id, rows, checks)
+    _print_table(console, conversation_id, rows, checks)
+    # Plain prints: ids and the command must come out unwrapped, to copy.
+    print(f"\nconversation {conversation_id}, owner {OWNER}; look at it with:")
+    print(
+        f"  {_environment_for(settings, arguments.configured_store)}turnledger window "
+        f'{conversation_id} --owner {OWNER} --question "{FINAL_QUESTION}"'
+    )
+    return 0 if all(passed for _, passed in checks) else 1
 
+
+def _first_session(settings: Settings, rows: Rows, checks: Checks) -> UUID:
+    """Store two turns, project a narrow window, confirm the reply with it."""
     ledger = open_conversations(settings)
     conversation_id = ledger.start_conversation(OWNER)
     for turn_id, question, answer in TURNS:
@@ -118,7 +136,14 @@ def run(arguments: argparse.Namespace) -> int:
     )
     rows.append(_stored_row("Confirm the reply", ledger, conversation_id))
     ledger.close()
+    return conversation_id
 
+
+def _after_reopening(
+    settings: Settings, conversation_id: UUID, rows: Rows, checks: Checks
+) -> None:
+    """Reopen the store: a wide window, then an oversized question refused
+    with the stored history unchanged."""
     ledger = open_conversations(settings)
     wide = _window(ledger, conversation_id, FINAL_QUESTION, WIDE_BYTES)
     rows.append(_window_row("Reopen, wide window", wide, WIDE_BYTES))
@@ -150,6 +175,10 @@ def run(arguments: argparse.Namespace) -> int:
     rows.append(_stored_row("History after rejection", ledger, conversation_id))
     ledger.close()
 
+
+def _print_table(
+    console: Console, conversation_id: UUID, rows: Rows, checks: Checks
+) -> None:
     table = Table(
         title=f"conversation {conversation_id}",
         caption="budget and body in UTF-8 bytes",
@@ -163,13 +192,6 @@ def run(arguments: argparse.Namespace) -> int:
     console.print(table)
     for label, passed in checks:
         console.print(f"{'[green]ok[/]' if passed else '[red]FAILED[/]'}  {label}")
-    # Plain prints: ids and the command must come out unwrapped, to copy.
-    print(f"\nconversation {conversation_id}, owner {OWNER}; look at it with:")
-    print(
-        f"  {_environment_for(settings, arguments.configured_store)}turnledger window "
-        f'{conversation_id} --owner {OWNER} --question "{FINAL_QUESTION}"'
-    )
-    return 0 if all(passed for _, passed in checks) else 1
 
 
 def _environment_for(settings: Settings, configured: bool) -> str:

@@ -3,12 +3,15 @@ proofs see it: a leaf store, and one transaction of it (`TreeWriter`).
 
 Three stores implement it: SQLite (`merkle_sqlite.py`), PostgreSQL
 (`merkle_postgres.py`) and memory (`merkle_store.py`, which also opens the
-one the settings name).
+one the settings name). The two SQL stores share their plain reads
+(`SQLTreeReads`), each with its own statements.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from turnledger.domain.merkle import Coordinate, Node, ProofError
@@ -72,3 +75,38 @@ def checked_nodes(
         return [found[coordinate] for coordinate in coordinates]
     except KeyError as missing:
         raise ProofError(f"the tree store lacks node {missing.args[0]}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class TreeQueries:
+    """The tree's reads in one SQL dialect; parameters in the order given."""
+
+    size: Any  # () -> one row (size,)
+    leaf_inputs: Any  # (start, end) -> (leaf_input,) rows by position
+    position_of: Any  # (notification_id,) -> at most one row (position,)
+
+
+class SQLTreeReads:
+    """The reads that the SQL leaf stores answer alike, each with its own
+    statements: a sqlite3 and a psycopg connection both `execute`."""
+
+    _connection: Any
+    _lock: threading.Lock
+    queries: TreeQueries
+
+    def _fetch(self, statement: Any, params: tuple[Any, ...]) -> list[Any]:
+        with self._lock:
+            rows: list[Any] = self._connection.execute(statement, params).fetchall()
+        return rows
+
+    def size(self) -> int:
+        rows = self._fetch(self.queries.size, ())
+        return int(rows[0][0]) if rows else 0
+
+    def leaf_inputs(self, start: int, end: int) -> list[bytes]:
+        rows = self._fetch(self.queries.leaf_inputs, (start, end))
+        return [bytes(row[0]) for row in rows]
+
+    def position_of(self, notification_id: int) -> int | None:
+        rows = self._fetch(self.queries.position_of, (notification_id,))
+        return int(rows[0][0]) if rows else None

@@ -13,7 +13,12 @@ import psycopg
 from psycopg import sql
 
 from turnledger.domain.merkle import Coordinate, Node
-from turnledger.infra.merkle_ports import LeafRow, checked_nodes
+from turnledger.infra.merkle_ports import (
+    LeafRow,
+    SQLTreeReads,
+    TreeQueries,
+    checked_nodes,
+)
 from turnledger.infra.migrations.runner import (
     StoreNames,
     ensure_schema,
@@ -64,13 +69,28 @@ class _PostgresWriter:
         )
 
 
-class PostgresLeafStore:
+class PostgresLeafStore(SQLTreeReads):
     def __init__(self, conninfo: str, schema: str, *, create: bool = True) -> None:
         self.tables = {
             name: sql.Identifier(schema, f"merkle_{name}")
             for name in ("nodes", "leaves", "tracking")
         }
-        self._connection = psycopg.connect(conninfo, autocommit=True)
+        leaves = self.tables["leaves"]
+        self.queries = TreeQueries(
+            size=sql.SQL("SELECT size FROM {} WHERE id = 1").format(
+                self.tables["tracking"]
+            ),
+            leaf_inputs=sql.SQL(
+                "SELECT leaf_input FROM {} WHERE position >= %s AND position < %s "
+                "ORDER BY position"
+            ).format(leaves),
+            position_of=sql.SQL(
+                "SELECT position FROM {} WHERE notification_id = %s"
+            ).format(leaves),
+        )
+        self._connection: psycopg.Connection[Any] = psycopg.connect(
+            conninfo, autocommit=True
+        )
         self._lock = threading.Lock()
         if not create:
             self._connection.read_only = True
@@ -124,39 +144,9 @@ class PostgresLeafStore:
             found.update({(r[0], r[1]): bytes(r[2]) for r in rows})
         return checked_nodes(coordinates, found)
 
-    def size(self) -> int:
-        with self._lock:
-            row = self._connection.execute(
-                sql.SQL("SELECT size FROM {} WHERE id = 1").format(
-                    self.tables["tracking"]
-                )
-            ).fetchone()
-        return 0 if row is None else int(row[0])
-
     def read_nodes(self, coordinates: Sequence[Coordinate]) -> list[bytes]:
         with self._lock, self._connection.cursor() as cursor:
             return self.nodes_with(cursor, coordinates)
-
-    def leaf_inputs(self, start: int, end: int) -> list[bytes]:
-        with self._lock:
-            rows = self._connection.execute(
-                sql.SQL(
-                    "SELECT leaf_input FROM {} WHERE position >= %s AND position < %s "
-                    "ORDER BY position"
-                ).format(self.tables["leaves"]),
-                (start, end),
-            ).fetchall()
-        return [bytes(row[0]) for row in rows]
-
-    def position_of(self, notification_id: int) -> int | None:
-        with self._lock:
-            row = self._connection.execute(
-                sql.SQL("SELECT position FROM {} WHERE notification_id = %s").format(
-                    self.tables["leaves"]
-                ),
-                (notification_id,),
-            ).fetchone()
-        return None if row is None else int(row[0])
 
     def level_nodes(self, level: int) -> list[tuple[int, bytes]]:
         statement = (

@@ -11,7 +11,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from turnledger.domain.merkle import Coordinate, Node
-from turnledger.infra.merkle_ports import LeafRow, checked_nodes
+from turnledger.infra.merkle_ports import (
+    LeafRow,
+    SQLTreeReads,
+    TreeQueries,
+    checked_nodes,
+)
 from turnledger.infra.migrations.runner import (
     StoreNames,
     migrate_sqlite,
@@ -69,9 +74,19 @@ def _sqlite_nodes(
     return checked_nodes(coordinates, found)
 
 
-class SQLiteLeafStore:
+_QUERIES = TreeQueries(
+    size="SELECT size FROM merkle_tracking WHERE id = 1",
+    leaf_inputs="SELECT leaf_input FROM merkle_leaves WHERE position >= ? "
+    "AND position < ? ORDER BY position",
+    position_of="SELECT position FROM merkle_leaves WHERE notification_id = ?",
+)
+
+
+class SQLiteLeafStore(SQLTreeReads):
+    queries = _QUERIES
+
     def __init__(self, path: Path, *, create: bool = True) -> None:
-        self._connection = sqlite3.connect(
+        self._connection: sqlite3.Connection = sqlite3.connect(
             str(path) if create else f"file:{path}?mode=ro",
             uri=not create,
             isolation_level=None,
@@ -95,30 +110,9 @@ class SQLiteLeafStore:
                 raise
             self._connection.execute("COMMIT")
 
-    def size(self) -> int:
-        with self._lock:
-            return _SQLiteWriter(self._connection).tracking()[0]
-
     def read_nodes(self, coordinates: Sequence[Coordinate]) -> list[bytes]:
         with self._lock:
             return _sqlite_nodes(self._connection, coordinates)
-
-    def leaf_inputs(self, start: int, end: int) -> list[bytes]:
-        with self._lock:
-            rows = self._connection.execute(
-                "SELECT leaf_input FROM merkle_leaves WHERE position >= ? "
-                "AND position < ? ORDER BY position",
-                (start, end),
-            ).fetchall()
-        return [bytes(row[0]) for row in rows]
-
-    def position_of(self, notification_id: int) -> int | None:
-        with self._lock:
-            row = self._connection.execute(
-                "SELECT position FROM merkle_leaves WHERE notification_id = ?",
-                (notification_id,),
-            ).fetchone()
-        return None if row is None else int(row[0])
 
     def level_nodes(self, level: int) -> list[tuple[int, bytes]]:
         with self._lock:

@@ -229,6 +229,7 @@ class PostgresReadSideRecorder(
         if row is None or row["valid"] < len(credentials):
             raise CredentialRevokedError(tuple(credentials))
 
+    # Long because: every write's path, its one-round-trip protocol in the docstring
     @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
     def insert_events(
         self, stored_events: Sequence[StoredEvent], **kwargs: Any

@@ -16,7 +16,7 @@ from typing import Any
 from uuid import UUID
 
 from turnledger.domain.findings import Finding
-from turnledger.domain.transparency import pages, row_leaf
+from turnledger.domain.transparency import RawLog, pages, row_leaf
 from turnledger.infra.checkpoint import (
     Checkpoint,
     followed_record,
@@ -77,38 +77,66 @@ def audit_store(
             )
         if checkpoint is None:
             return report
-        leaves, ids = auditor.leaves or [], auditor.leaf_positions
-        if not collect:  # one conversation audited: the log still needs reading
-            leaves, ids = [], []
-            for page in pages(log, 5000):
-                leaves.extend(row_leaf(row) for row in page)
-                ids.extend(row.notification_id for row in page)
-        store = _open_cache(settings, ledger)
-        try:
-            report.log_findings.extend(
-                compare_with_checkpoint(
-                    leaves,
-                    ids,
-                    checkpoint,
-                    log=log,
-                    store=store,
-                    directory=_directory_of(checkpoint, checkpoint_location),
-                )
-            )
-        finally:
-            if store is not None and settings.persistence != "memory":
-                store.close()
-        report.log_findings.extend(record_findings(checkpoint, settings))
-        report.checkpoint = {
-            **checkpoint.summary(),
-            "log_events": len(leaves),
-            # What no checkpoint covers yet, and for how long it has not.
-            "events_after": max(0, len(leaves) - checkpoint.tree_size),
-            "age_seconds": checkpoint_age_seconds(checkpoint),
-        }
+        if collect:
+            leaves, ids = auditor.leaves or [], auditor.leaf_positions
+        else:  # one conversation audited: the log still needs reading
+            leaves, ids = _log_leaves(log)
+        _check_checkpoint(
+            report,
+            checkpoint,
+            leaves,
+            ids,
+            log=log,
+            ledger=ledger,
+            settings=settings,
+            directory=_directory_of(checkpoint, checkpoint_location),
+        )
         return report
     finally:
         log.close()
+
+
+def _log_leaves(log: RawLog) -> tuple[list[bytes], list[int]]:
+    """Every row's leaf, and its notification id, read from the log."""
+    leaves: list[bytes] = []
+    ids: list[int] = []
+    for page in pages(log, 5000):
+        leaves.extend(row_leaf(row) for row in page)
+        ids.extend(row.notification_id for row in page)
+    return leaves, ids
+
+
+def _check_checkpoint(
+    report: AuditReport,
+    checkpoint: Checkpoint,
+    leaves: list[bytes],
+    ids: list[int],
+    *,
+    log: RawLog,
+    ledger: Conversations,
+    settings: Settings,
+    directory: Path | None,
+) -> None:
+    """Add to `report` where the log and the deletion record depart from
+    `checkpoint`, and what the checkpoint covers."""
+    store = _open_cache(settings, ledger)
+    try:
+        report.log_findings.extend(
+            compare_with_checkpoint(
+                leaves, ids, checkpoint, log=log, store=store, directory=directory
+            )
+        )
+    finally:
+        if store is not None and settings.persistence != "memory":
+            store.close()
+    report.log_findings.extend(record_findings(checkpoint, settings))
+    report.checkpoint = {
+        **checkpoint.summary(),
+        "log_events": len(leaves),
+        # What no checkpoint covers yet, and for how long it has not.
+        "events_after": max(0, len(leaves) - checkpoint.tree_size),
+        "age_seconds": checkpoint_age_seconds(checkpoint),
+    }
 
 
 def record_findings(checkpoint: Checkpoint, settings: Settings) -> list[Finding]:

@@ -152,28 +152,52 @@ def project_events(
     digests: Sequence[str],
     sizes: Mapping[str, TurnSizes | SummarySize],
     known_turns: Mapping[str, TurnRow],
-    known_folds: Mapping[str, FoldRow] | None = None,
 ) -> RowChanges:
     """The rows that `events` (new events of one conversation, in order) change.
 
     `head` is the conversation's row before them (None for a new one);
     `digests` the chain digest each event was stored with; `sizes` the sizes of
     each new turn's texts (by turn id) and each fold's summary (by fold id);
-    `known_turns` the rows of every turn the events delete; `known_folds` of
-    every fold they withdraw.
+    `known_turns` the rows of every turn the events delete.
     """
-    new_turns: list[TurnRow] = []
-    deletions: list[TurnDeletion] = []
-    new_folds: list[FoldRow] = []
-    withdrawals: list[FoldWithdrawal] = []
+    walk = _RowWalk(sizes, known_turns)
     row = head
-    turns_here = {**known_turns}
-    folds_here = {**(known_folds or {})}
     for event, digest in zip(events, digests, strict=True):
+        row = walk.step(row, event, digest)
+    return RowChanges(
+        conversations=() if row is None or row is head else (row,),
+        new_turns=tuple(walk.new_turns),
+        deletions=tuple(walk.deletions),
+        new_folds=tuple(walk.new_folds),
+        withdrawals=tuple(walk.withdrawals),
+    )
+
+
+class _RowWalk:
+    """What `project_events` gathers while it walks the events, one at a time."""
+
+    __slots__ = ("deletions", "new_folds", "new_turns", "sizes", "turns", "withdrawals")
+
+    def __init__(
+        self,
+        sizes: Mapping[str, TurnSizes | SummarySize],
+        known_turns: Mapping[str, TurnRow],
+    ) -> None:
+        self.sizes = sizes
+        self.turns = {**known_turns}  # and the turns recorded on the way
+        self.new_turns: list[TurnRow] = []
+        self.deletions: list[TurnDeletion] = []
+        self.new_folds: list[FoldRow] = []
+        self.withdrawals: list[FoldWithdrawal] = []
+
+    def step(
+        self, row: ConversationRow | None, event: Any, digest: str
+    ) -> ConversationRow:
+        """The conversation's row after `event`, noting the rows it adds or marks."""
         version = event.originator_version
         at = event.timestamp
         if isinstance(event, Conversation.Started):
-            row = ConversationRow(
+            return ConversationRow(
                 conversation_id=event.originator_id,
                 owner_id=event.owner_id,
                 version=version,
@@ -183,49 +207,77 @@ def project_events(
                 created_at=at,
                 modified_at=at,
             )
-            continue
         if row is None:
             raise ValueError(f"event at version {version} precedes Started")
         turn_count, eligible = row.turn_count, row.eligible_count
         if isinstance(event, Conversation.TurnConfirmed | Conversation.TurnAbandoned):
-            status = (
-                TurnStatus.CONFIRMED
-                if isinstance(event, Conversation.TurnConfirmed)
-                else TurnStatus(event.outcome)
-            )
-            size = sizes.get(event.turn_id)
-            turn = TurnRow(
-                conversation_id=row.conversation_id,
-                position=turn_count,
-                turn_id=event.turn_id,
-                status=status,
-                version=version,
-                recorded_at=at,
-                sizes=size if isinstance(size, TurnSizes) else None,
-            )
-            new_turns.append(turn)
-            turns_here[turn.turn_id] = turn
+            confirmed = self._turn_recorded(row, event)
             turn_count += 1
-            eligible += status is TurnStatus.CONFIRMED
+            eligible += confirmed
         elif isinstance(event, Conversation.HistoryDeleted):
-            for turn_id in event.turn_ids:
-                known = turns_here[turn_id]
-                if known.eligible_at(version):
-                    eligible -= 1
-                deletions.append(
-                    TurnDeletion(row.conversation_id, turn_id, version, at)
-                )
-                turns_here[turn_id] = replace(
-                    known, deleted_version=version, deleted_at=at, sizes=None
-                )
+            eligible -= self._turns_deleted(row, event)
         elif isinstance(event, Conversation.FoldRecorded):
-            through = turns_here[event.covers_through_turn_id]
-            summary = sizes.get(f"fold/{event.fold_id}")
-            fold = FoldRow(
+            self._fold_recorded(row, event)
+        elif isinstance(event, Conversation.FoldWithdrawn):
+            for fold_id in event.fold_ids:
+                self.withdrawals.append(
+                    FoldWithdrawal(row.conversation_id, fold_id, version)
+                )
+        return replace(
+            row,
+            version=version,
+            head_digest=digest,
+            turn_count=turn_count,
+            eligible_count=eligible,
+            modified_at=at,
+        )
+
+    def _turn_recorded(self, row: ConversationRow, event: Any) -> bool:
+        """Add the turn's row; whether it counts as eligible."""
+        status = (
+            TurnStatus.CONFIRMED
+            if isinstance(event, Conversation.TurnConfirmed)
+            else TurnStatus(event.outcome)
+        )
+        size = self.sizes.get(event.turn_id)
+        turn = TurnRow(
+            conversation_id=row.conversation_id,
+            position=row.turn_count,
+            turn_id=event.turn_id,
+            status=status,
+            version=event.originator_version,
+            recorded_at=event.timestamp,
+            sizes=size if isinstance(size, TurnSizes) else None,
+        )
+        self.new_turns.append(turn)
+        self.turns[turn.turn_id] = turn
+        return status is TurnStatus.CONFIRMED
+
+    def _turns_deleted(self, row: ConversationRow, event: Any) -> int:
+        """Mark the turns deleted; how many of them were eligible."""
+        version, at = event.originator_version, event.timestamp
+        were_eligible = 0
+        for turn_id in event.turn_ids:
+            known = self.turns[turn_id]
+            if known.eligible_at(version):
+                were_eligible += 1
+            self.deletions.append(
+                TurnDeletion(row.conversation_id, turn_id, version, at)
+            )
+            self.turns[turn_id] = replace(
+                known, deleted_version=version, deleted_at=at, sizes=None
+            )
+        return were_eligible
+
+    def _fold_recorded(self, row: ConversationRow, event: Any) -> None:
+        through = self.turns[event.covers_through_turn_id]
+        summary = self.sizes.get(f"fold/{event.fold_id}")
+        self.new_folds.append(
+            FoldRow(
                 conversation_id=row.conversation_id,
                 fold_id=event.fold_id,
-                version=version,
-                recorded_at=at,
+                version=event.originator_version,
+                recorded_at=event.timestamp,
                 covers_through_turn_id=event.covers_through_turn_id,
                 covers_through_position=through.position,
                 covered_turns=event.covered_turns,
@@ -237,25 +289,4 @@ def project_events(
                     summary.chars if isinstance(summary, SummarySize) else None
                 ),
             )
-            new_folds.append(fold)
-            folds_here[fold.fold_id] = fold
-        elif isinstance(event, Conversation.FoldWithdrawn):
-            for fold_id in event.fold_ids:
-                withdrawals.append(
-                    FoldWithdrawal(row.conversation_id, fold_id, version)
-                )
-        row = replace(
-            row,
-            version=version,
-            head_digest=digest,
-            turn_count=turn_count,
-            eligible_count=eligible,
-            modified_at=at,
         )
-    return RowChanges(
-        conversations=() if row is None or row is head else (row,),
-        new_turns=tuple(new_turns),
-        deletions=tuple(deletions),
-        new_folds=tuple(new_folds),
-        withdrawals=tuple(withdrawals),
-    )

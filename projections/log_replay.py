@@ -63,6 +63,28 @@ def _turns_named(view: LedgerView, domain_event: Any) -> dict[str, TurnRow]:
 def _measure(
     page: Sequence[tuple[Any, str]], open_texts: OpenTexts, view: LedgerView
 ) -> dict[UUID, dict[str, TurnSizes | SummarySize]]:
+    items, owners = _sealed_texts(page)
+    unknown = [c for c in items if c not in owners]
+    for conversation_id, row in view.conversations(unknown).items():
+        owners[conversation_id] = row.owner_id
+    sizes: dict[UUID, dict[str, TurnSizes | SummarySize]] = {}
+    for conversation_id, wanted in items.items():
+        opened = dict(
+            zip(
+                ((key_id, field) for key_id, field, _ in wanted),
+                open_texts(conversation_id, wanted, owners.get(conversation_id)),
+                strict=True,
+            )
+        )
+        sizes[conversation_id] = _sizes_of(opened)
+    return sizes
+
+
+def _sealed_texts(
+    page: Sequence[tuple[Any, str]],
+) -> tuple[dict[UUID, list[tuple[str, str, bytes]]], dict[UUID, str]]:
+    """The sealed texts of the page's turns and folds, by conversation, and the
+    owners its Started events name."""
     items: dict[UUID, list[tuple[str, str, bytes]]] = {}
     # Owners from the log itself: Started events of this page, else the heads
     # that earlier pages' Started events made.
@@ -92,33 +114,27 @@ def _measure(
                     domain_event.sealed_summary,
                 )
             )
-    sizes: dict[UUID, dict[str, TurnSizes | SummarySize]] = {}
-    unknown = [c for c in items if c not in owners]
-    for conversation_id, row in view.conversations(unknown).items():
-        owners[conversation_id] = row.owner_id
-    for conversation_id, wanted in items.items():
-        opened = dict(
-            zip(
-                ((key_id, field) for key_id, field, _ in wanted),
-                open_texts(conversation_id, wanted, owners.get(conversation_id)),
-                strict=True,
-            )
-        )
-        found = sizes.setdefault(conversation_id, {})
-        for (key_id, field), text in opened.items():
-            if text is None:
-                continue
-            if field == "summary":
-                metrics = TextMetrics.of(text)
-                found[key_id] = SummarySize(metrics.json_bytes, metrics.chars)
-            elif field == "question":
-                answer = opened.get((key_id, "answer"))
-                parts_text = opened.get((key_id, "parts"))
-                has_parts = (key_id, "parts") in opened
-                if answer is not None and (parts_text is not None or not has_parts):
-                    found[key_id] = turn_sizes(
-                        decode_parts(
-                            question=text, answer=answer, parts_text=parts_text
-                        )
-                    )
-    return sizes
+    return items, owners
+
+
+def _sizes_of(
+    opened: dict[tuple[str, str], str | None],
+) -> dict[str, TurnSizes | SummarySize]:
+    """The sizes of one conversation's opened texts: a turn's once its question,
+    answer and parts (if it has them) all opened, a summary's once it opened."""
+    found: dict[str, TurnSizes | SummarySize] = {}
+    for (key_id, field), text in opened.items():
+        if text is None:
+            continue
+        if field == "summary":
+            metrics = TextMetrics.of(text)
+            found[key_id] = SummarySize(metrics.json_bytes, metrics.chars)
+        elif field == "question":
+            answer = opened.get((key_id, "answer"))
+            parts_text = opened.get((key_id, "parts"))
+            has_parts = (key_id, "parts") in opened
+            if answer is not None and (parts_text is not None or not has_parts):
+                found[key_id] = turn_sizes(
+                    decode_parts(question=text, answer=answer, parts_text=parts_text)
+                )
+    return found

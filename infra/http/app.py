@@ -6,7 +6,8 @@ import asyncio
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from fastapi import FastAPI
@@ -75,119 +76,174 @@ def create_app(
     What this function opens, the app closes at shutdown; what it is given, the
     caller closes.
     """
-    owned_ledger = ledger is None
-    owned_registry = registry is None
-    ledger = ledger or open_conversations(settings)
-    registry = registry or open_device_registry(settings)
-    replica = open_replica(settings)  # reads only; always this app's to close
     service = Service(
         settings=settings,
-        ledger=ledger,
-        registry=registry,
+        ledger=ledger or open_conversations(settings),
+        registry=registry or open_device_registry(settings),
+        replica=open_replica(settings),  # reads only; always this app's to close
         cursors=CursorCodec(master_key(settings)),
-        replica=replica,
     )
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        service.signals.bind(asyncio.get_running_loop())
-        check: Callable[[], Awaitable[None]]
-        recover: PoolsServe | None = None
-        watcher: PostgresListener | Poller
-        if settings.persistence == "postgres":
-            check = postgres_check = PostgresCheck(settings.postgres_conninfo())
-            # After an outage: ready only once the pools requests use serve.
-            recover = PoolsServe(
-                service_pools(ledger, registry),
-                timeout=settings.http_database_timeout_seconds / 2,
-            )
-            watcher = PostgresListener(
-                service.signals,
-                settings.postgres_conninfo(),
-                events_channel=ledger.recorder.channel_name,  # type: ignore[attr-defined]
-                devices_channel=registry.revocation_channel,
-                on_commits=service.reads.note_primary_position,
-            )
-        else:
-            postgres_check = None
-
-            async def check() -> None:
-                await run_in_threadpool(service.feed.head_position)
-
-            watcher = Poller(
-                service.signals,
-                LogFollower(ledger, service.feed),
-                registry,
-                interval=settings.sync_poll_interval_seconds,
-            )
-        monitor = DatabaseMonitor(
-            check,
-            interval=settings.http_database_check_interval_seconds,
-            # SQLite: a read may wait for another process's write transaction
-            # (up to the store's 30 s lock timeout) without anything being down.
-            timeout=settings.http_database_timeout_seconds
-            if settings.persistence == "postgres"
-            else max(settings.http_database_timeout_seconds, SQLITE_LOCK_SECONDS),
-            recover=recover,
-            on_outage=None if recover is None else recover.drop_broken,
-        )
-        monitor.start()
-        app.state.database_monitor = monitor
-        watcher.start()
-        purge_retry = app.state.purge_retry = PurgeRetry(
-            ledger, settings, database_available=lambda: monitor.available
-        )
-        purge_retry.start()  # completes compactions left pending
-        # Signed transparency-log checkpoints, by default once a key is set.
-        checkpoints_stop = threading.Event()
-        checkpoints = threading.Thread(
-            target=checkpoint_periodically,
-            args=(ledger, settings, checkpoints_stop),
-            name="turnledger-checkpoints",
-            daemon=True,
-        )
-        if settings.checkpoint_dir_in_effect is not None:
-            checkpoints.start()
-        try:
-            yield
-        finally:
-            checkpoints_stop.set()
-            if checkpoints.is_alive():
-                checkpoints.join(timeout=5)
-            purge_retry.stop()
-            service.signals.close()
-            service.close_write_threads()
-            app.state.database_monitor = None
-            await monitor.stop()
-            if postgres_check is not None:
-                await postgres_check.close()
-            watcher.stop()
-            if replica is not None:
-                replica.close()
-            if owned_ledger:
-                ledger.close()
-            if owned_registry:
-                registry.close()
-
     app = FastAPI(
         title="turnledger",
         version=API_VERSION,
         summary="Conversations as a ledger: devices push turns and pull every change.",
-        lifespan=lifespan,
+        lifespan=_lifespan(
+            service, owns_ledger=ledger is None, owns_registry=registry is None
+        ),
     )
     app.state.service = service
     app.state.database_monitor = None
     install_error_handlers(app)
     install_outage_handlers(app, retry_after=settings.http_retry_after_seconds)
-    app.include_router(conversation_routes.router)
-    app.include_router(sync_routes.router)
-    app.include_router(device_routes.router)
-    app.include_router(export_routes.router)
-    app.include_router(fold_routes.router)
-    app.include_router(purge_routes.router)
-    app.include_router(audit_routes.router)
-    app.include_router(receipt_routes.router)
-    app.include_router(web_routes.router)
+    _include_routes(app, settings)
+    _add_middleware(app, settings)
+    return app
+
+
+def _lifespan(
+    service: Service, *, owns_ledger: bool, owns_registry: bool
+) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """Start the service's watchers and threads; at shutdown stop them, then
+    close the stores the app opened."""
+    settings, ledger = service.settings, service.ledger
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        service.signals.bind(asyncio.get_running_loop())
+        watch = (
+            _watch_postgres(service)
+            if settings.persistence == "postgres"
+            else _watch_by_polling(service)
+        )
+        monitor = DatabaseMonitor(
+            watch.check,
+            interval=settings.http_database_check_interval_seconds,
+            timeout=watch.timeout,
+            recover=watch.recover,
+            on_outage=None if watch.recover is None else watch.recover.drop_broken,
+        )
+        monitor.start()
+        app.state.database_monitor = monitor
+        watch.changes.start()
+        purge_retry = app.state.purge_retry = PurgeRetry(
+            ledger, settings, database_available=lambda: monitor.available
+        )
+        purge_retry.start()  # completes compactions left pending
+        stop_checkpoints = _start_checkpoints(service)
+        try:
+            yield
+        finally:
+            stop_checkpoints()
+            purge_retry.stop()
+            service.signals.close()
+            service.close_write_threads()
+            app.state.database_monitor = None
+            await monitor.stop()
+            if watch.postgres_check is not None:
+                await watch.postgres_check.close()
+            watch.changes.stop()
+            if service.replica is not None:
+                service.replica.close()
+            if owns_ledger:
+                ledger.close()
+            if owns_registry:
+                service.registry.close()
+
+    return lifespan
+
+
+@dataclass(frozen=True, slots=True)
+class _DatabaseWatch:
+    """How the service checks that its database answers, and hears of changes."""
+
+    check: Callable[[], Awaitable[None]]
+    timeout: float
+    changes: PostgresListener | Poller
+    recover: PoolsServe | None = None
+    postgres_check: PostgresCheck | None = None
+
+
+def _watch_postgres(service: Service) -> _DatabaseWatch:
+    """Check with a connection of its own; hear changes by LISTEN."""
+    settings, ledger, registry = service.settings, service.ledger, service.registry
+    check = PostgresCheck(settings.postgres_conninfo())
+    # After an outage: ready only once the pools requests use serve.
+    recover = PoolsServe(
+        service_pools(ledger, registry),
+        timeout=settings.http_database_timeout_seconds / 2,
+    )
+    listener = PostgresListener(
+        service.signals,
+        settings.postgres_conninfo(),
+        events_channel=ledger.recorder.channel_name,  # type: ignore[attr-defined]
+        devices_channel=registry.revocation_channel,
+        on_commits=service.reads.note_primary_position,
+    )
+    return _DatabaseWatch(
+        check=check,
+        timeout=settings.http_database_timeout_seconds,
+        changes=listener,
+        recover=recover,
+        postgres_check=check,
+    )
+
+
+def _watch_by_polling(service: Service) -> _DatabaseWatch:
+    """Check by reading the log's head; hear changes by polling it."""
+    settings = service.settings
+
+    async def check() -> None:
+        await run_in_threadpool(service.feed.head_position)
+
+    return _DatabaseWatch(
+        check=check,
+        # SQLite: a read may wait for another process's write transaction
+        # (up to the store's 30 s lock timeout) without anything being down.
+        timeout=max(settings.http_database_timeout_seconds, SQLITE_LOCK_SECONDS),
+        changes=Poller(
+            service.signals,
+            LogFollower(service.ledger, service.feed),
+            service.registry,
+            interval=settings.sync_poll_interval_seconds,
+        ),
+    )
+
+
+def _start_checkpoints(service: Service) -> Callable[[], None]:
+    """Sign transparency-log checkpoints, by default once a key is set; return
+    what stops it."""
+    stop = threading.Event()
+    thread = threading.Thread(
+        target=checkpoint_periodically,
+        args=(service.ledger, service.settings, stop),
+        name="turnledger-checkpoints",
+        daemon=True,
+    )
+    if service.settings.checkpoint_dir_in_effect is not None:
+        thread.start()
+
+    def stop_checkpoints() -> None:
+        stop.set()
+        if thread.is_alive():
+            thread.join(timeout=5)
+
+    return stop_checkpoints
+
+
+def _include_routes(app: FastAPI, settings: Settings) -> None:
+    """The API's routers, then the service's own health and readiness."""
+    for routes in (
+        conversation_routes,
+        sync_routes,
+        device_routes,
+        export_routes,
+        fold_routes,
+        purge_routes,
+        audit_routes,
+        receipt_routes,
+        web_routes,
+    ):
+        app.include_router(routes.router)
 
     @app.get("/v1/health", response_model=HealthOut, tags=["service"])
     async def health() -> HealthOut:
@@ -224,6 +280,9 @@ def create_app(
             else {"Retry-After": str(settings.http_retry_after_seconds)},
         )
 
+
+def _add_middleware(app: FastAPI, settings: Settings) -> None:
+    """Each added outside the one before: the last added sees a request first."""
     # Added first, so they run innermost: inside every limit and the outage
     # guard, ahead of FastAPI's routing, for turn writes and sync reads that
     # need none of it.
@@ -246,7 +305,6 @@ def create_app(
         max_line=settings.http_max_request_line_bytes,
         max_head=settings.http_max_header_bytes,
     )
-    return app
 
 
 def app_from_environment() -> FastAPI:

@@ -240,6 +240,7 @@ class DatabaseGuard:
         self._retry_after = retry_after
         self._write_deadline = write_deadline
 
+    # Long because: on every request; its three callbacks share one request's state
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         monitor = self._monitor()
         if (

@@ -178,6 +178,17 @@ def _postgres_lock_keys(schema: str) -> tuple[str, str]:
     return _LOCK_NAMESPACE, schema
 
 
+_POSTGRES_TABLE = sql.SQL(
+    "CREATE TABLE IF NOT EXISTS {} ("
+    " component text NOT NULL,"
+    " version integer NOT NULL,"
+    " description text NOT NULL,"
+    " applied_at timestamptz NOT NULL DEFAULT now(),"
+    " applied_by integer NOT NULL DEFAULT pg_backend_pid(),"
+    " PRIMARY KEY (component, version))"
+)
+
+
 def migrate_postgres(
     connection: Any,
     component: str,
@@ -201,32 +212,8 @@ def migrate_postgres(
             "SELECT pg_advisory_xact_lock(hashtext(%s), hashtext(%s))",
             _postgres_lock_keys(names.schema),
         )
-        cursor.execute(
-            sql.SQL(
-                "CREATE TABLE IF NOT EXISTS {} ("
-                " component text NOT NULL,"
-                " version integer NOT NULL,"
-                " description text NOT NULL,"
-                " applied_at timestamptz NOT NULL DEFAULT now(),"
-                " applied_by integer NOT NULL DEFAULT pg_backend_pid(),"
-                " PRIMARY KEY (component, version))"
-            ).format(table)
-        )
-        cursor.execute(
-            sql.SQL(
-                "SELECT coalesce(max(version), 0) FROM {} WHERE component = %s"
-            ).format(table),
-            (component,),
-        )
-        found = int(_first_cell(cursor.fetchone()))
-        if found and cache_table is not None:
-            cursor.execute("SELECT to_regclass(%s)", (_qualified(names, cache_table),))
-            if _first_cell(cursor.fetchone()) is None:
-                cursor.execute(
-                    sql.SQL("DELETE FROM {} WHERE component = %s").format(table),
-                    (component,),
-                )
-                found = 0
+        cursor.execute(_POSTGRES_TABLE.format(table))
+        found = _postgres_version(cursor, component, names, cache_table=cache_table)
         newest = newest_version(steps)
         if found > newest:
             raise SchemaTooNewError(component, found, newest)
@@ -244,6 +231,30 @@ def migrate_postgres(
     return applied
 
 
+def _postgres_version(
+    cursor: Any, component: str, names: StoreNames, *, cache_table: str | None
+) -> int:
+    """The component's version: 0 for a cache whose `cache_table` is gone
+    (its rows are deleted, so its steps run again)."""
+    table = names.table(MIGRATIONS_TABLE)
+    cursor.execute(
+        sql.SQL("SELECT coalesce(max(version), 0) FROM {} WHERE component = %s").format(
+            table
+        ),
+        (component,),
+    )
+    found = int(_first_cell(cursor.fetchone()))
+    if found and cache_table is not None:
+        cursor.execute("SELECT to_regclass(%s)", (_qualified(names, cache_table),))
+        if _first_cell(cursor.fetchone()) is None:
+            cursor.execute(
+                sql.SQL("DELETE FROM {} WHERE component = %s").format(table),
+                (component,),
+            )
+            found = 0
+    return found
+
+
 def check_postgres_version(
     cursor: Any, component: str, steps: Sequence[Step], names: StoreNames
 ) -> None:
@@ -251,13 +262,7 @@ def check_postgres_version(
     cursor.execute("SELECT to_regclass(%s)", (_qualified(names, MIGRATIONS_TABLE),))
     if _first_cell(cursor.fetchone()) is None:
         return
-    cursor.execute(
-        sql.SQL("SELECT coalesce(max(version), 0) FROM {} WHERE component = %s").format(
-            names.table(MIGRATIONS_TABLE)
-        ),
-        (component,),
-    )
-    found = int(_first_cell(cursor.fetchone()))
+    found = _postgres_version(cursor, component, names, cache_table=None)
     if found > newest_version(steps):
         raise SchemaTooNewError(component, found, newest_version(steps))
 

@@ -60,8 +60,8 @@ from turnledger.projections.results import (
     ProjectedWindow,
 )
 
-if TYPE_CHECKING:  # infra.restore imports this module
-    from turnledger.infra.restore import RestoreReport
+if TYPE_CHECKING:  # the restore check imports this module
+    from turnledger.infra.restore_report import RestoreReport
 
 __all__ = [
     "MAX_HISTORY_PAGE",

@@ -130,6 +130,7 @@ class ChainPass:
         self._topics[topic] = facts
         return facts
 
+    # Long because: the chain pass's per-row hot loop (bench/audit_throughput.py)
     def _collect_page(
         self, collected: dict[UUID, CollectedConversation], page: Sequence[RawRow]
     ) -> None:

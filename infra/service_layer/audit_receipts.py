@@ -246,21 +246,10 @@ class ReceiptPass:
         item: ReceiptToCheck,
         texts: Texts,
     ) -> Finding | None:
-        def finding(kind: str, detail: str) -> Finding:
-            return receipt_finding(conversation_id, item, kind, detail)
-
-        question_key, system_key = (item.turn_id, "question"), (item.turn_id, "system")
-        if (item.turn_id, DAMAGED) in texts:
-            return finding(
-                NOT_REDERIVABLE,
-                f"not re-derivable: turn {item.turn_id}'s key is damaged "
-                "(see its damaged-key finding)",
-            )
-        if question_key not in texts or system_key not in texts:
-            return finding(UNREADABLE, "its sealed text cannot be opened")
-        question, system = texts[question_key], texts[system_key]
-        if question is None or system is None:
-            return finding(TEXT_MISSING, "its key is gone but it was never deleted")
+        opened = _question_and_system(conversation_id, item, texts)
+        if isinstance(opened, Finding):
+            return opened
+        question, system = opened
         try:
             model, policy, counter = self._policy_of(receipt)
             window = queries.window_at(
@@ -272,32 +261,8 @@ class ReceiptPass:
                 counter=counter,
                 texts=turns_of(texts),
             )
-        except InvalidInputError as error:
-            return finding(RECEIPT_INVALID, error.reason)
-        except TurnKeyDamagedError as error:
-            return finding(
-                NOT_REDERIVABLE,
-                f"not re-derivable: the key of {', '.join(error.turn_ids)} is "
-                "damaged (see its damaged-key finding)",
-            )
-        except TextUnavailableError as error:
-            gone = view.turns_by_id(conversation_id, [error.turn_id]).get(error.turn_id)
-            if gone is not None and gone.deleted:
-                # The window read a turn (e.g. at its edge) deleted since.
-                return finding(
-                    NOT_REDERIVABLE,
-                    f"not re-derivable: turns deleted ({error.turn_id})",
-                )
-            return finding(
-                TEXT_MISSING,
-                f"turn {error.turn_id}'s key is gone but it was never deleted",
-            )
-        except WindowError as error:
-            return finding(RECEIPT_MISMATCH, f"the policy no longer applies: {error}")
         except Exception as error:  # noqa: BLE001 - e.g. a ciphertext failing its tag
-            return finding(
-                UNREADABLE, f"{type(error).__name__}: sealed text cannot be opened"
-            )
+            return _not_derived(conversation_id, view, item, error)
         return self._compare(conversation_id, receipt, item, window)
 
     def _compare(
@@ -350,6 +315,60 @@ class ReceiptPass:
             RECEIPT_MISMATCH,
             f"re-derived {len(window.body)} bytes with {what}",
         )
+
+
+def _question_and_system(
+    conversation_id: UUID, item: ReceiptToCheck, texts: Texts
+) -> tuple[str, str] | Finding:
+    """The turn's question and system instructions, or why they cannot be read."""
+
+    def finding(kind: str, detail: str) -> Finding:
+        return receipt_finding(conversation_id, item, kind, detail)
+
+    question_key, system_key = (item.turn_id, "question"), (item.turn_id, "system")
+    if (item.turn_id, DAMAGED) in texts:
+        return finding(
+            NOT_REDERIVABLE,
+            f"not re-derivable: turn {item.turn_id}'s key is damaged "
+            "(see its damaged-key finding)",
+        )
+    if question_key not in texts or system_key not in texts:
+        return finding(UNREADABLE, "its sealed text cannot be opened")
+    question, system = texts[question_key], texts[system_key]
+    if question is None or system is None:
+        return finding(TEXT_MISSING, "its key is gone but it was never deleted")
+    return question, system
+
+
+def _not_derived(
+    conversation_id: UUID, view: LedgerView, item: ReceiptToCheck, error: Exception
+) -> Finding:
+    """Why re-deriving the receipt's window raised `error`."""
+
+    def finding(kind: str, detail: str) -> Finding:
+        return receipt_finding(conversation_id, item, kind, detail)
+
+    if isinstance(error, InvalidInputError):
+        return finding(RECEIPT_INVALID, error.reason)
+    if isinstance(error, TurnKeyDamagedError):
+        return finding(
+            NOT_REDERIVABLE,
+            f"not re-derivable: the key of {', '.join(error.turn_ids)} is "
+            "damaged (see its damaged-key finding)",
+        )
+    if isinstance(error, TextUnavailableError):
+        gone = view.turns_by_id(conversation_id, [error.turn_id]).get(error.turn_id)
+        if gone is not None and gone.deleted:
+            # The window read a turn (e.g. at its edge) deleted since.
+            return finding(
+                NOT_REDERIVABLE, f"not re-derivable: turns deleted ({error.turn_id})"
+            )
+        return finding(
+            TEXT_MISSING, f"turn {error.turn_id}'s key is gone but it was never deleted"
+        )
+    if isinstance(error, WindowError):
+        return finding(RECEIPT_MISMATCH, f"the policy no longer applies: {error}")
+    return finding(UNREADABLE, f"{type(error).__name__}: sealed text cannot be opened")
 
 
 def head_at(view: LedgerView, head: ConversationRow, version: int) -> ConversationRow:

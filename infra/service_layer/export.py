@@ -14,6 +14,7 @@ from uuid import UUID
 from turnledger.domain.text import check_identifier
 from turnledger.infra.service_layer.application import MAX_HISTORY_PAGE, Conversations
 from turnledger.infra.service_layer.feed import ConversationFeed, HistoryDeletedChange
+from turnledger.projections.results import HistoryItem
 
 EXPORT_SCHEMA = "turnledger.export/1"
 
@@ -52,43 +53,56 @@ def export_records(
             "version": conversation.version,
             "turn_count": conversation.turn_count,
         }
-        offset: int | None = 0
-        while offset is not None:
-            page = ledger.get_history(
-                owner_id, conversation_id, offset=offset, limit=MAX_HISTORY_PAGE
-            )
-            for item in page.items:
-                totals["turns"] += 1
-                totals["deleted_turns"] += item.deleted
-                yield {
-                    "record": "turn",
-                    "conversation_id": str(conversation_id),
-                    "position": item.position,
-                    "turn_id": item.turn_id,
-                    "status": item.status.value,
-                    "recorded_at": item.recorded_at.isoformat(),
-                    "deleted": item.deleted,
-                    "deleted_at": item.deleted_at.isoformat()
-                    if item.deleted_at
-                    else None,
-                    "question": item.question,
-                    "answer": item.answer,
-                    # Why a turn not deleted has no text ("key-damaged"), as
-                    # in history; null when it has its text or was deleted.
-                    "unreadable": item.unreadable,
-                    # Attachments and steps in order ([] for a text-only turn).
-                    "parts": None
-                    if item.parts is None
-                    else item.parts.part_documents(),
-                }
-            offset = page.next_offset
+        for item in _history(ledger, owner_id, conversation_id):
+            totals["turns"] += 1
+            totals["deleted_turns"] += item.deleted
+            yield _turn_record(conversation_id, item)
         for deletion in deletions.get(conversation_id, ()):
-            yield {
-                "record": "deletion",
-                "conversation_id": str(conversation_id),
-                "deleted_at": deletion.at.isoformat(),
-                "deleted_by": deletion.deleted_by,
-                "whole_history": deletion.whole_history,
-                "turn_ids": list(deletion.turn_ids),
-            }
+            yield _deletion_record(conversation_id, deletion)
     yield {"record": "end", **totals}
+
+
+def _history(
+    ledger: Conversations, owner_id: str, conversation_id: UUID
+) -> Iterator[HistoryItem]:
+    """The conversation's turns in order, read a page at a time."""
+    offset: int | None = 0
+    while offset is not None:
+        page = ledger.get_history(
+            owner_id, conversation_id, offset=offset, limit=MAX_HISTORY_PAGE
+        )
+        yield from page.items
+        offset = page.next_offset
+
+
+def _turn_record(conversation_id: UUID, item: HistoryItem) -> dict[str, Any]:
+    return {
+        "record": "turn",
+        "conversation_id": str(conversation_id),
+        "position": item.position,
+        "turn_id": item.turn_id,
+        "status": item.status.value,
+        "recorded_at": item.recorded_at.isoformat(),
+        "deleted": item.deleted,
+        "deleted_at": item.deleted_at.isoformat() if item.deleted_at else None,
+        "question": item.question,
+        "answer": item.answer,
+        # Why a turn not deleted has no text ("key-damaged"), as in history;
+        # null when it has its text or was deleted.
+        "unreadable": item.unreadable,
+        # Attachments and steps in order ([] for a text-only turn).
+        "parts": None if item.parts is None else item.parts.part_documents(),
+    }
+
+
+def _deletion_record(
+    conversation_id: UUID, deletion: HistoryDeletedChange
+) -> dict[str, Any]:
+    return {
+        "record": "deletion",
+        "conversation_id": str(conversation_id),
+        "deleted_at": deletion.at.isoformat(),
+        "deleted_by": deletion.deleted_by,
+        "whole_history": deletion.whole_history,
+        "turn_ids": list(deletion.turn_ids),
+    }

@@ -7,6 +7,7 @@ new key and size). `Conversations.delete_history` and `record_fold`
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from uuid import UUID
 
 from turnledger.domain.conversation import Conversation, TurnFacts, fold_key_id
 from turnledger.domain.ports import TextVault
@@ -77,26 +78,17 @@ def fold_run(
         head_version = conversation.version
         folds = read.folds(conversation.id)
         through = batch.turn(conversation.id, covers_through_turn_id)
-        covered_eligible = 0
-        deleted_since: list[str] = []
-        if through is not None:
-            now = set(
-                read.eligible_ids(
-                    conversation.id,
-                    first=0,
-                    last=through.position,
-                    as_of=head_version,
-                )
+        covered_eligible, deleted_since = (
+            (0, [])
+            if through is None
+            else _eligible_covered(
+                read,
+                conversation.id,
+                through_position=through.position,
+                head_version=head_version,
+                summarized_version=summarized_version,
             )
-            covered_eligible = len(now)
-            if summarized_version is not None:
-                before = read.eligible_ids(
-                    conversation.id,
-                    first=0,
-                    last=through.position,
-                    as_of=min(summarized_version, head_version),
-                )
-                deleted_since = [t for t in before if t not in now]
+        )
         current = current_fold(folds, head_version)
         data_key, new_key = vault.new_data_key(conversation.id, key_id)
         conversation.record_fold(
@@ -128,3 +120,30 @@ def fold_run(
         )
 
     return run
+
+
+def _eligible_covered(
+    read: ReadSide,
+    conversation_id: UUID,
+    *,
+    through_position: int,
+    head_version: int,
+    summarized_version: int | None,
+) -> tuple[int, list[str]]:
+    """How many turns up to `through_position` are eligible now, and which of
+    those eligible when the summary was written have been deleted since."""
+    now = set(
+        read.eligible_ids(
+            conversation_id, first=0, last=through_position, as_of=head_version
+        )
+    )
+    deleted_since: list[str] = []
+    if summarized_version is not None:
+        before = read.eligible_ids(
+            conversation_id,
+            first=0,
+            last=through_position,
+            as_of=min(summarized_version, head_version),
+        )
+        deleted_since = [t for t in before if t not in now]
+    return len(now), deleted_since

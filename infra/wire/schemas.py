@@ -10,7 +10,7 @@ questions.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal, Self
+from typing import Any, Self
 from uuid import UUID
 
 from pydantic import (
@@ -41,6 +41,7 @@ from turnledger.infra.wire.sync import (
     SyncOut,
     TurnRecordedOut,
 )
+from turnledger.infra.wire.turn import PartsOut, TurnStatusName, TurnTextOut, Unreadable
 from turnledger.projections.policy import WindowPolicy
 from turnledger.projections.results import MAX_HISTORY_PAGE
 from turnledger.projections.tokens import TokenizerName
@@ -186,7 +187,7 @@ class TurnIn(RequestModel):
     answer: str = Field(
         default="", description="required for 'confirmed'; the partial reply otherwise"
     )
-    status: Literal["confirmed", "failed", "stopped"] = "confirmed"
+    status: TurnStatusName = "confirmed"
     parts: list[TurnPart] | None = Field(
         default=None,
         max_length=MAX_PARTS,
@@ -234,7 +235,7 @@ class TurnIn(RequestModel):
 class TurnReceiptOut(BaseModel):
     conversation_id: UUID
     turn_id: str
-    status: Literal["confirmed", "failed", "stopped"]
+    status: TurnStatusName
     version: int
     recorded_at: datetime
 
@@ -242,20 +243,14 @@ class TurnReceiptOut(BaseModel):
 class HistoryItemOut(BaseModel):
     position: int
     turn_id: str
-    status: Literal["confirmed", "failed", "stopped"]
+    status: TurnStatusName
     recorded_at: datetime
     deleted: bool
     deleted_at: datetime | None
-    question: str | None
-    answer: str | None
-    unreadable: Literal["key-damaged"] | None = Field(
-        default=None,
-        description="key-damaged: not deleted, but the turn's stored key was "
-        "altered, so its text cannot be read (docs/audit.md)",
-    )
-    parts: list[TurnPart] | None = Field(
-        default=None, description="attachments and steps in order; null if deleted"
-    )
+    question: TurnTextOut
+    answer: TurnTextOut
+    unreadable: Unreadable = None
+    parts: PartsOut = None
 
 
 class HistoryPageOut(BaseModel):

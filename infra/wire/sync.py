@@ -9,7 +9,7 @@ from uuid import UUID
 
 from pydantic import BaseModel, Field
 
-from turnledger.infra.wire.parts import TurnPart
+from turnledger.infra.wire.turn import PartsOut, TurnStatusName, TurnTextOut, Unreadable
 from turnledger.projections.results import MAX_CHANGES_PER_READ
 
 
@@ -26,18 +26,12 @@ class ConversationStartedOut(_ChangeOut):
 class TurnRecordedOut(_ChangeOut):
     kind: Literal["turn_recorded"] = "turn_recorded"
     turn_id: str
-    status: Literal["confirmed", "failed", "stopped"]
+    status: TurnStatusName
     deleted: bool = Field(description="true: the turn is deleted; its text is not sent")
-    question: str | None
-    answer: str | None
-    unreadable: Literal["key-damaged"] | None = Field(
-        default=None,
-        description="key-damaged: not deleted, but the turn's stored key was "
-        "altered, so its text cannot be read (docs/audit.md)",
-    )
-    parts: list[TurnPart] | None = Field(
-        default=None, description="attachments and steps in order; null if deleted"
-    )
+    question: TurnTextOut
+    answer: TurnTextOut
+    unreadable: Unreadable = None
+    parts: PartsOut = None
 
 
 class HistoryDeletedOut(_ChangeOut):

@@ -112,6 +112,32 @@ def _delete(settings: Settings, conversation_id: UUID, ids: list[str]) -> None:
         ledger.close()
 
 
+def _conversation(settings: Settings) -> UUID:
+    """A new conversation of OWNER's in the store `settings` name."""
+    ledger = open_conversations(settings)
+    try:
+        return ledger.start_conversation(OWNER)
+    finally:
+        ledger.close()
+
+
+def _devices(app: Any, *names: str) -> list[Device]:
+    """A device of OWNER's per name, registered with the running service."""
+    registry = app.state.service.registry
+    return [
+        Device({"Authorization": f"Bearer {registry.add(OWNER, name).token}"})
+        for name in names
+    ]
+
+
+def _started(settings: Settings, *names: str) -> tuple[UUID, list[Device]]:
+    """A new conversation, and a device per name that has not synced yet."""
+    conversation_id = _conversation(settings)
+    app = create_app(settings)
+    with TestClient(app):
+        return conversation_id, _devices(app, *names)
+
+
 class Device:
     """A device's local copy, built from the feed alone."""
 
@@ -182,18 +208,39 @@ def _assert_expired(answer: Any) -> None:
     assert isinstance(error, CursorExpiredError)
 
 
+def _assert_after_restore(
+    settings: Settings, conversation_id: UUID, *, ahead: Device, behind: Device
+) -> None:
+    """`ahead`, which synced past the backup, is refused and converges once it
+    syncs again; `behind`, which had seen only what the backup holds, goes on
+    where it was."""
+    with TestClient(create_app(settings)) as http:
+        _assert_expired(ahead.pull(http))
+        assert behind.pull(http).status_code == 200
+        _assert_converged(behind, settings, conversation_id)
+        assert ahead.resync(http).status_code == 200
+    _assert_converged(ahead, settings, conversation_id)
+
+
+def _assert_new_epoch_holds(
+    settings: Settings, conversation_id: UUID, device: Device, *, stale: str | None
+) -> None:
+    """After a turn "m1" and a new opening, the device's cursor of the new
+    epoch goes on working and the `stale` one stays refused."""
+    _turns(settings, conversation_id, ["m1"])
+    with TestClient(create_app(settings)) as http:
+        assert device.pull(http).status_code == 200
+        device.cursor, current = stale, device.cursor
+        _assert_expired(device.pull(http))
+        device.cursor = current
+    _assert_converged(device, settings, conversation_id)
+
+
 def test_a_cursor_from_before_a_restore_stays_refused_and_a_resync_converges(
     backups: Backups,
 ) -> None:
     settings = backups.settings
-    ledger = open_conversations(settings)
-    conversation_id = ledger.start_conversation(OWNER)
-    ledger.close()
-    app = create_app(settings)
-    with TestClient(app) as http:
-        registry = app.state.service.registry
-        ahead = Device({"Authorization": f"Bearer {registry.add(OWNER, 'a').token}"})
-        behind = Device({"Authorization": f"Bearer {registry.add(OWNER, 'b').token}"})
+    conversation_id, (ahead, behind) = _started(settings, "a", "b")
     _turns(settings, conversation_id, ["t1", "t2", "t3"])
     with TestClient(create_app(settings)) as http:
         assert behind.pull(http).status_code == 200  # synced up to the backup
@@ -209,24 +256,12 @@ def test_a_cursor_from_before_a_restore_stays_refused_and_a_resync_converges(
     # The opening finds the restore; the log then grows well past the
     # position the stale cursor names.
     _turns(settings, conversation_id, [f"n{i}" for i in range(12)])
-    with TestClient(create_app(settings)) as http:
-        _assert_expired(ahead.pull(http))
-        # A device that had seen only what the backup holds goes on where it was.
-        assert behind.pull(http).status_code == 200
-        _assert_converged(behind, settings, conversation_id)
-        assert ahead.resync(http).status_code == 200
-    _assert_converged(ahead, settings, conversation_id)
+    _assert_after_restore(settings, conversation_id, ahead=ahead, behind=behind)
     assert ahead.turns["t1"] is None and "t4" not in ahead.turns
 
     # The epoch outlives the process: the cursors issued now go on working,
     # and the old one stays refused.
-    _turns(settings, conversation_id, ["m1"])
-    with TestClient(create_app(settings)) as http:
-        assert ahead.pull(http).status_code == 200
-        ahead.cursor, current = stale, ahead.cursor
-        _assert_expired(ahead.pull(http))
-        ahead.cursor = current
-    _assert_converged(ahead, settings, conversation_id)
+    _assert_new_epoch_holds(settings, conversation_id, ahead, stale=stale)
     assert ahead.turns["m1"] == "question m1"
 
     # The same backup restored again: cursors of the first restore's epoch
@@ -244,13 +279,7 @@ def test_cursors_of_a_store_never_restored_keep_working_across_openings(
     tmp_path: Path,
 ) -> None:
     settings = _sqlite(tmp_path).settings
-    ledger = open_conversations(settings)
-    conversation_id = ledger.start_conversation(OWNER)
-    ledger.close()
-    app = create_app(settings)
-    with TestClient(app) as http:
-        token = app.state.service.registry.add(OWNER, "a").token
-        device = Device({"Authorization": f"Bearer {token}"})
+    conversation_id, (device,) = _started(settings, "a")
     _turns(settings, conversation_id, ["t1"])
     _delete(settings, conversation_id, ["t1"])  # a deletion, no restore
     with TestClient(create_app(settings)) as http:
@@ -267,14 +296,7 @@ def test_a_restore_with_no_deletion_since_the_backup_is_found_by_the_served_mark
     """The deletion record has nothing the restored store lacks; the log
     position kept beside it (restore_seen.py) is what finds the restore."""
     settings = backups.settings
-    ledger = open_conversations(settings)
-    conversation_id = ledger.start_conversation(OWNER)
-    ledger.close()
-    app = create_app(settings)
-    with TestClient(app) as http:
-        registry = app.state.service.registry
-        ahead = Device({"Authorization": f"Bearer {registry.add(OWNER, 'a').token}"})
-        behind = Device({"Authorization": f"Bearer {registry.add(OWNER, 'b').token}"})
+    conversation_id, (ahead, behind) = _started(settings, "a", "b")
     _turns(settings, conversation_id, ["t1", "t2"])
     with TestClient(create_app(settings)) as http:
         assert behind.pull(http).status_code == 200
@@ -306,12 +328,7 @@ def test_a_restore_with_no_deletion_since_the_backup_is_found_by_the_served_mark
     assert any("rolled back" in r.getMessage() for r in caplog.records)
 
     _turns(settings, conversation_id, [f"n{i}" for i in range(12)])
-    with TestClient(create_app(settings)) as http:
-        _assert_expired(ahead.pull(http))
-        assert behind.pull(http).status_code == 200
-        _assert_converged(behind, settings, conversation_id)
-        assert ahead.resync(http).status_code == 200
-    _assert_converged(ahead, settings, conversation_id)
+    _assert_after_restore(settings, conversation_id, ahead=ahead, behind=behind)
     assert "t3" not in ahead.turns and ahead.turns["n11"] == "question n11"
 
     # Found once: the next openings keep the new epoch, so the cursors issued
@@ -322,26 +339,17 @@ def test_a_restore_with_no_deletion_since_the_backup_is_found_by_the_served_mark
         assert not again.restore_report.restored
     finally:
         again.close()
-    _turns(settings, conversation_id, ["m1"])
-    with TestClient(create_app(settings)) as http:
-        assert ahead.pull(http).status_code == 200
-        ahead.cursor, current = stale, ahead.cursor
-        _assert_expired(ahead.pull(http))
-        ahead.cursor = current
-    _assert_converged(ahead, settings, conversation_id)
+    _assert_new_epoch_holds(settings, conversation_id, ahead, stale=stale)
 
 
 def test_a_mark_that_cannot_be_written_is_logged_and_sync_still_answers(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     settings = _sqlite(tmp_path).settings
-    ledger = open_conversations(settings)
-    conversation_id = ledger.start_conversation(OWNER)
-    ledger.close()
+    conversation_id = _conversation(settings)
     app = create_app(settings)
     with TestClient(app) as http:
-        token = app.state.service.registry.add(OWNER, "a").token
-        device = Device({"Authorization": f"Bearer {token}"})
+        (device,) = _devices(app, "a")
         (record,) = settings.deletion_record_directory.glob("deletions-*.log")
         saved = record.read_bytes()
         record.unlink()  # the record's directory lost under the service
@@ -367,9 +375,7 @@ def test_restore_check_reports_a_rollback_with_no_deletion_since(
 ) -> None:
     backups = _sqlite(tmp_path)
     settings = backups.settings
-    ledger = open_conversations(settings)
-    conversation_id = ledger.start_conversation(OWNER)
-    ledger.close()
+    conversation_id = _conversation(settings)
     backups.take()
     _turns(settings, conversation_id, ["t1", "t2"])
     open_conversations(settings).close()  # an opening marks the log's head

@@ -19,7 +19,8 @@ from __future__ import annotations
 import shutil
 import sqlite3
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -48,20 +49,8 @@ def _text(label: str, length: int) -> str:
 def write_conversation(ledger: Conversations) -> UUID:
     """Kept and doomed turns of distinctive lengths, a tool turn, a fold."""
     conversation_id = ledger.start_conversation(OWNER)
-    ledger.confirm_turn(
-        OWNER,
-        conversation_id,
-        turn_id="k0",
-        question=_text("kept", 1101),
-        answer=_text("kept", 2203),
-    )
-    ledger.confirm_turn(
-        OWNER,
-        conversation_id,
-        turn_id="d1",
-        question=_text("doomed", 3517),
-        answer=_text("doomed", 1789),
-    )
+    _text_turn(ledger, conversation_id, "k0", ("kept", 1101, 2203))
+    _text_turn(ledger, conversation_id, "d1", ("doomed", 3517, 1789))
     ledger.confirm_turn(
         OWNER,
         conversation_id,
@@ -76,13 +65,7 @@ def write_conversation(ledger: Conversations) -> UUID:
             answer=_text("answer", 1571),
         ),
     )
-    ledger.confirm_turn(
-        OWNER,
-        conversation_id,
-        turn_id="k3",
-        question=_text("kept", 1213),
-        answer=_text("kept", 2341),
-    )
+    _text_turn(ledger, conversation_id, "k3", ("kept", 1213, 2341))
     ledger.record_fold(
         OWNER,
         conversation_id,
@@ -92,6 +75,24 @@ def write_conversation(ledger: Conversations) -> UUID:
         summarized_version=ledger.get_conversation(OWNER, conversation_id).version,
     )
     return conversation_id
+
+
+def _text_turn(
+    ledger: Conversations,
+    conversation_id: UUID,
+    turn_id: str,
+    texts: tuple[str, int, int],
+) -> None:
+    """A text-only turn: `texts` is the label, the question's and the answer's
+    lengths."""
+    label, question_length, answer_length = texts
+    ledger.confirm_turn(
+        OWNER,
+        conversation_id,
+        turn_id=turn_id,
+        question=_text(label, question_length),
+        answer=_text(label, answer_length),
+    )
 
 
 def _sqlite_integer(value: int) -> bytes:
@@ -144,33 +145,70 @@ def _check_distinctive(patterns: Mapping[str, bytes]) -> None:
     assert patterns["parts sizes of d2"].count(b",") >= 3
 
 
-def test_sqlite_keeps_no_size_of_a_deleted_text_in_any_file(tmp_path: Path) -> None:
+@dataclass
+class Written:
+    """An SQLite store holding `write_conversation`'s conversation, open, and
+    the sizes of its doomed texts as the store keeps them."""
+
+    settings: Settings
+    ledger: Conversations
+    conversation_id: UUID
+    patterns: dict[str, bytes]
+    closed: bool = False
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.ledger.close()
+
+
+@pytest.fixture
+def sqlite_written(tmp_path: Path) -> Iterator[Written]:
     settings = Settings(
         _env_file=None, persistence="sqlite", data_dir=tmp_path / "data"
     )
     ledger = open_conversations(settings)
+    written = Written(settings, ledger, UUID(int=0), {})
     try:
-        conversation_id = write_conversation(ledger)
-        patterns = _sqlite_patterns(settings.sqlite_events_path, conversation_id)
-        _check_distinctive(patterns)
-        assert "parts sizes of d1" not in patterns  # a text-only turn
-        shutil.copytree(settings.data_dir, tmp_path / "before")
-        before = read_all(files_under(tmp_path / "before"))
-        assert sorted(hits(before, patterns)) != []
-        assert {hit.split(" in ")[0] for hit in hits(before, patterns)} == set(patterns)
-
-        receipt = ledger.delete_history(OWNER, conversation_id, turn_ids=list(DOOMED))
-        assert receipt.purge is not None and not receipt.purge.compaction_pending
-        shutil.copytree(settings.data_dir, tmp_path / "open")
-        opened = read_all(files_under(tmp_path / "open"))
-        assert any(name.endswith("events.sqlite3") for name in opened)
-        assert hits(opened, patterns) == []
-        # The kept turns still have their sizes (the window needs them).
-        assert ledger.read_side.undeleted_turns(conversation_id)[0].sizes is not None
+        written.conversation_id = write_conversation(ledger)
+        written.patterns = _sqlite_patterns(
+            settings.sqlite_events_path, written.conversation_id
+        )
+        yield written
     finally:
-        ledger.close()
-    shutil.copytree(settings.data_dir, tmp_path / "closed")
-    assert hits(read_all(files_under(tmp_path / "closed")), patterns) == []
+        written.close()
+
+
+def _copied(directory: Path, copy: Path) -> dict[str, bytes]:
+    """Every file under `directory`, as a copy taken now reads."""
+    shutil.copytree(directory, copy)
+    return read_all(files_under(copy))
+
+
+def test_sqlite_keeps_no_size_of_a_deleted_text_in_any_file(
+    sqlite_written: Written, tmp_path: Path
+) -> None:
+    written = sqlite_written
+    ledger, patterns = written.ledger, written.patterns
+    data_dir = written.settings.data_dir
+    _check_distinctive(patterns)
+    assert "parts sizes of d1" not in patterns  # a text-only turn
+    before = _copied(data_dir, tmp_path / "before")
+    assert sorted(hits(before, patterns)) != []
+    assert {hit.split(" in ")[0] for hit in hits(before, patterns)} == set(patterns)
+
+    receipt = ledger.delete_history(
+        OWNER, written.conversation_id, turn_ids=list(DOOMED)
+    )
+    assert receipt.purge is not None and not receipt.purge.compaction_pending
+    opened = _copied(data_dir, tmp_path / "open")
+    assert any(name.endswith("events.sqlite3") for name in opened)
+    assert hits(opened, patterns) == []
+    # The kept turns still have their sizes (the window needs them).
+    kept = ledger.read_side.undeleted_turns(written.conversation_id)[0]
+    assert kept.sizes is not None
+    written.close()
+    assert hits(_copied(data_dir, tmp_path / "closed"), patterns) == []
 
 
 # PostgreSQL ---------------------------------------------------------------------
@@ -291,33 +329,27 @@ def test_postgres_analyze_keeps_no_sample_of_a_size(
 
 
 def test_sqlite_a_reader_on_an_older_snapshot_keeps_the_purge_pending(
-    tmp_path: Path,
+    sqlite_written: Written, tmp_path: Path
 ) -> None:
     """Pending is the truth: while a connection reads the event log on a
     snapshot from before the deletion, its WAL keeps the sizes and the purge
     says so; once it ends, the next purge run removes them."""
-    settings = Settings(
-        _env_file=None, persistence="sqlite", data_dir=tmp_path / "data"
+    written = sqlite_written
+    ledger, patterns = written.ledger, written.patterns
+    data_dir = written.settings.data_dir
+    reader = sqlite3.connect(written.settings.sqlite_events_path, isolation_level=None)
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM conversation_turns").fetchone()
+    receipt = ledger.delete_history(
+        OWNER, written.conversation_id, turn_ids=list(DOOMED)
     )
-    ledger = open_conversations(settings)
-    try:
-        conversation_id = write_conversation(ledger)
-        patterns = _sqlite_patterns(settings.sqlite_events_path, conversation_id)
-        reader = sqlite3.connect(settings.sqlite_events_path, isolation_level=None)
-        reader.execute("BEGIN")
-        reader.execute("SELECT count(*) FROM conversation_turns").fetchone()
-        receipt = ledger.delete_history(OWNER, conversation_id, turn_ids=list(DOOMED))
-        assert receipt.purge is not None and receipt.purge.compaction_pending
-        assert "events.sqlite3" in receipt.purge.state, receipt.purge.state
-        shutil.copytree(settings.data_dir, tmp_path / "held")
-        assert hits(read_all(files_under(tmp_path / "held")), patterns) != []
-        reader.execute("COMMIT")
-        reader.close()
-        assert not ledger.purge_deleted_history().compaction_pending
-        shutil.copytree(settings.data_dir, tmp_path / "after")
-        assert hits(read_all(files_under(tmp_path / "after")), patterns) == []
-    finally:
-        ledger.close()
+    assert receipt.purge is not None and receipt.purge.compaction_pending
+    assert "events.sqlite3" in receipt.purge.state, receipt.purge.state
+    assert hits(_copied(data_dir, tmp_path / "held"), patterns) != []
+    reader.execute("COMMIT")
+    reader.close()
+    assert not ledger.purge_deleted_history().compaction_pending
+    assert hits(_copied(data_dir, tmp_path / "after"), patterns) == []
 
 
 @pytest.mark.postgres

@@ -11,9 +11,11 @@ from typing import Any
 from uuid import UUID
 
 import pytest
+from fastapi import Request
 from fastapi.testclient import TestClient
 
 from turnledger.infra.http.app import create_app
+from turnledger.infra.http.service import get_service
 from turnledger.infra.settings import Settings
 
 
@@ -51,6 +53,58 @@ def test_both_routes_give_the_same_receipt_for_the_same_turn(
     assert short.json()["conversation_id"] == conversation
     assert short.json()["version"] == 2
     assert history(client, auth, conversation) == ["t1"]
+
+
+def test_a_new_turn_is_written_alike_through_either_entry_point(
+    http: tuple[TestClient, dict[str, str], str],
+) -> None:
+    """One implementation (`turn_route.record_turn`), two ways in: the short
+    path, which skips FastAPI's routing, and the documented route. A new turn
+    written each way (into two conversations) gets the same answer but for
+    the conversation and the time, and reads back the same."""
+    client, auth, first = http
+    second = client.post("/v1/conversations", headers=auth).json()["conversation_id"]
+    app: Any = client.app
+    routed: list[str] = []
+
+    async def counted(request: Request) -> Any:
+        routed.append("route")
+        return await get_service(request)
+
+    app.dependency_overrides[get_service] = counted
+    turn = {"question": "Hello?", "answer": "Hi.", "status": "stopped"}
+    short = client.put(f"/v1/conversations/{first}/turns/t1", headers=auth, json=turn)
+    assert routed == []  # taken before routing
+    passed_on = client.put(
+        f"/v1/conversations/{UUID(second).hex}/turns/t1", headers=auth, json=turn
+    )
+    assert routed == ["route"]
+    assert short.status_code == passed_on.status_code == 200
+    assert short.headers["content-type"] == passed_on.headers["content-type"]
+
+    def apart_from_where_and_when(body: dict[str, Any]) -> list[tuple[str, Any]]:
+        return [
+            (key, value)
+            for key, value in body.items()
+            if key not in ("conversation_id", "recorded_at")
+        ]
+
+    assert list(short.json()) == list(passed_on.json())  # same fields, same order
+    assert apart_from_where_and_when(short.json()) == apart_from_where_and_when(
+        passed_on.json()
+    )
+    assert (short.json()["conversation_id"], passed_on.json()["conversation_id"]) == (
+        first,
+        second,
+    )
+    pages = [
+        client.get(f"/v1/conversations/{c}/turns", headers=auth).json()["items"]
+        for c in (first, second)
+    ]
+    for page in pages:
+        for item in page:
+            del item["recorded_at"]
+    assert pages[0] == pages[1]
 
 
 def test_an_abandoned_turn_takes_the_short_path_too(

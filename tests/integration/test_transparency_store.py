@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ import psycopg
 import pytest
 from pydantic import SecretStr
 
+from tests.conftest import durable_stores
 from tests.integration.test_audit import run_turns
 from turnledger.domain.merkle import (
     MerkleTree,
@@ -63,6 +65,57 @@ def test_followed_in_small_pages_the_tree_equals_one_built_from_the_rows(
         log.close()
         if settings.persistence != "memory":
             store.close()
+
+
+class _FailingOnPage:
+    """A leaf store whose `fail_at`-th page fails after writing its leaves,
+    before its position is recorded (a crash inside the page's transaction)."""
+
+    def __init__(self, store: Any, fail_at: int) -> None:
+        self._store = store
+        self._fail_at = fail_at
+        self._pages = 0
+
+    @contextmanager
+    def writing(self) -> Iterator[Any]:
+        with self._store.writing() as writer:
+            outer = self
+
+            class Writer:
+                def __getattr__(self, name: str) -> Any:
+                    return getattr(writer, name)
+
+                def track(self, size: int, last_id: int) -> None:
+                    outer._pages += 1
+                    if outer._pages == outer._fail_at:
+                        raise RuntimeError("crash before the page's position")
+                    writer.track(size, last_id)
+
+            yield Writer()
+
+
+@durable_stores
+def test_a_follow_that_fails_in_a_page_leaves_the_tree_at_the_page_before(
+    settings: Settings, open_ledger: Callable[[], Conversations]
+) -> None:
+    ledger = open_ledger()
+    log = open_raw_log(settings, ledger)
+    store = open_leaf_store(settings, ledger)
+    try:
+        run_turns(ledger, "alice", turns=4)
+        with pytest.raises(RuntimeError):
+            follow(log, _FailingOnPage(store, fail_at=2), page_size=2)  # type: ignore[arg-type]
+        assert store.size() == 2  # the second page's leaves were rolled back
+        assert len(store.leaf_inputs(0, 10)) == 2
+        followed = follow(log, store, page_size=2)
+        rows = [row for page in pages(log, 100) for row in page]
+        assert followed.frontier.size == store.size() == len(rows) == 5
+        assert (
+            followed.frontier.root() == MerkleTree([row_leaf(r) for r in rows]).root()
+        )
+    finally:
+        log.close()
+        store.close()
 
 
 def test_proofs_from_the_python_api_verify(
