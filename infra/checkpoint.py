@@ -11,33 +11,49 @@ altered as well. A checkpoint also carries the deletion record's head
 so that the record, kept outside the database, cannot be rolled back or
 rewritten unseen either. docs/transparency.md documents the formats and what
 a verifier needs.
+
+The checkpoint's format and reading it back are checkpoint_format.py, the
+leaf files beside it checkpoint_leaves.py; this module follows the log,
+writes checkpoints and keeps them coming, and every name of the three is
+importable from here.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import logging
-import os
 import threading
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import psycopg
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import (
-    Ed25519PublicKey,
-)
 from psycopg import sql
 
-from turnledger.domain.errors import CheckpointError
 from turnledger.domain.findings import RECORD_ALTERED, RECORD_LOST, RECORD_ROLLED_BACK
 from turnledger.domain.merkle import (
-    leaf_hash,
     root,
+)
+from turnledger.infra.checkpoint_format import (
+    CHECKPOINT_FORMAT,
+    RECORD_HEAD_FORMAT,
+    Checkpoint,
+    SignedRecordHead,
+    checkpoint_files,
+    newest_checkpoint,
+    read_checkpoint,
+    record_head_message,
+    signed_message,
+    store_origin,
+)
+from turnledger.infra.checkpoint_leaves import (
+    LEAF_INPUT_RECORD,
+    LEAF_INPUTS_FILE,
+    LEAVES_FILE,
+    append_leaves_file,
+    read_leaf_inputs_file,
+    read_leaves_file,
+    write_atomically,
 )
 from turnledger.infra.deletion_record import (
     DeletionRecord,
@@ -46,7 +62,6 @@ from turnledger.infra.deletion_record import (
 )
 from turnledger.infra.merkle_store import (
     CountedLog,
-    Followed,
     LeafStore,
     LogInconsistentError,
     PostgresLeafStore,
@@ -62,169 +77,29 @@ from turnledger.infra.signing import public_bytes, signing_key
 
 _log = logging.getLogger("turnledger.checkpoint")
 
-CHECKPOINT_FORMAT = "turnledger-checkpoint/v1"
-RECORD_HEAD_FORMAT = "turnledger-deletion-record-head/v1"
-LEAVES_FILE = "leaves.bin"
-LEAF_INPUTS_FILE = "leaf-inputs.bin"
-LEAF_INPUT_RECORD = 185
-"""A leaf input's record in leaf-inputs.bin: its length in one byte, then the
-input padded with zeros (the longest leaf input is 184 bytes); length 0: not
-known (a directory older than the file, whose cache no longer held it)."""
-
-__all__ = ["LogInconsistentError"]  # raised here, defined beside the tree cache
-
-
-@dataclass(frozen=True, slots=True)
-class SignedRecordHead:
-    """The deletion record's head as a checkpoint signed it."""
-
-    head: RecordHead
-    signature: bytes
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "format": RECORD_HEAD_FORMAT,
-            "record_id": self.head.record_id,
-            "entries": self.head.entries,
-            "head": self.head.head.hex(),
-            "signature": base64.b64encode(self.signature).decode("ascii"),
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class Checkpoint:
-    """A signed tree head, as read from (and checked against) its file."""
-
-    origin: str
-    tree_size: int
-    root_hash: bytes
-    timestamp: str
-    public_key: bytes
-    signature: bytes
-    path: Path | None = None
-    # None: taken without a deletion record (memory), or before they were signed.
-    record: SignedRecordHead | None = None
-
-    def signed_bytes(self) -> bytes:
-        return signed_message(
-            self.origin, self.tree_size, self.root_hash.hex(), self.timestamp
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        document = {
-            "format": CHECKPOINT_FORMAT,
-            "origin": self.origin,
-            "tree_size": self.tree_size,
-            "root_hash": self.root_hash.hex(),
-            "timestamp": self.timestamp,
-            "public_key": base64.b64encode(self.public_key).decode("ascii"),
-            "key_id": hashlib.sha256(self.public_key).hexdigest()[:16],
-            "signature": base64.b64encode(self.signature).decode("ascii"),
-        }
-        if self.record is not None:
-            document["deletion_record"] = self.record.to_json()
-        return document
-
-    def summary(self) -> dict[str, Any]:
-        return {
-            "path": None if self.path is None else str(self.path),
-            "tree_size": self.tree_size,
-            "root_hash": self.root_hash.hex(),
-            "timestamp": self.timestamp,
-            "key_id": hashlib.sha256(self.public_key).hexdigest()[:16],
-        }
-
-
-def signed_message(origin: str, tree_size: int, root_hex: str, timestamp: str) -> bytes:
-    """The exact bytes a checkpoint's signature covers."""
-    lines = (CHECKPOINT_FORMAT, origin, str(tree_size), root_hex, timestamp)
-    return "".join(f"{line}\n" for line in lines).encode()
-
-
-def record_head_message(checkpoint_bytes: bytes, head: RecordHead) -> bytes:
-    """The exact bytes a deletion record head's signature covers: bound to
-    the tree head it was signed with, so it cannot be moved to another."""
-    lines = (head.record_id, str(head.entries), head.head.hex())
-    return (
-        f"{RECORD_HEAD_FORMAT}\n".encode()
-        + checkpoint_bytes
-        + "".join(f"{line}\n" for line in lines).encode()
-    )
-
-
-def store_origin(settings: Settings) -> str:
-    """Names the log a checkpoint is of (informative: moving a store keeps its log)."""
-    match settings.persistence:
-        case "sqlite":
-            return f"sqlite:{settings.sqlite_events_path.resolve()}"
-        case "postgres":
-            return (
-                f"postgres:{settings.postgres_host}:{settings.postgres_port}/"
-                f"{settings.postgres_dbname}/{settings.postgres_schema}"
-            )
-        case _:
-            return "memory"
-
-
-def read_checkpoint(path: Path, trusted: Ed25519PublicKey | None = None) -> Checkpoint:
-    """A checkpoint file, its signature checked (with `trusted` when given)."""
-    try:
-        document = json.loads(path.read_text())
-        if document.get("format") != CHECKPOINT_FORMAT:
-            raise ValueError(f"format is {document.get('format')!r}")
-        checkpoint = Checkpoint(
-            origin=str(document["origin"]),
-            tree_size=int(document["tree_size"]),
-            root_hash=bytes.fromhex(document["root_hash"]),
-            timestamp=str(document["timestamp"]),
-            public_key=base64.b64decode(document["public_key"], validate=True),
-            signature=base64.b64decode(document["signature"], validate=True),
-            path=path,
-            record=_signed_record_head(document.get("deletion_record")),
-        )
-        if checkpoint.tree_size < 0 or len(checkpoint.root_hash) != 32:
-            raise ValueError("tree_size or root_hash out of range")
-        embedded = Ed25519PublicKey.from_public_bytes(checkpoint.public_key)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
-        raise CheckpointError(
-            f"{path} is not a turnledger checkpoint ({type(error).__name__}: {error})"
-        ) from None
-    key = trusted or embedded
-    if trusted is not None and public_bytes(trusted) != checkpoint.public_key:
-        key_id = hashlib.sha256(checkpoint.public_key).hexdigest()[:16]
-        raise CheckpointError(
-            f"{path} is signed by key {key_id}, not by the configured audit key"
-        )
-    try:
-        key.verify(checkpoint.signature, checkpoint.signed_bytes())
-    except InvalidSignature:
-        raise CheckpointError(f"{path}: the signature does not verify") from None
-    if checkpoint.record is not None:
-        message = record_head_message(checkpoint.signed_bytes(), checkpoint.record.head)
-        try:
-            key.verify(checkpoint.record.signature, message)
-        except InvalidSignature:
-            raise CheckpointError(
-                f"{path}: the deletion record head's signature does not verify"
-            ) from None
-    return checkpoint
-
-
-def _signed_record_head(document: Any) -> SignedRecordHead | None:
-    if document is None:
-        return None
-    if document.get("format") != RECORD_HEAD_FORMAT:
-        raise ValueError(f"deletion_record format is {document.get('format')!r}")
-    entries = document["entries"]
-    if isinstance(entries, bool) or not isinstance(entries, int) or entries < 0:
-        raise ValueError("deletion_record entries out of range")
-    head = bytes.fromhex(document["head"])
-    if len(head) != 32:
-        raise ValueError("deletion_record head is not 32 bytes")
-    return SignedRecordHead(
-        RecordHead(str(document["record_id"]), entries, head),
-        base64.b64decode(document["signature"], validate=True),
-    )
+__all__ = [
+    "CHECKPOINT_FORMAT",
+    "LEAF_INPUTS_FILE",
+    "LEAF_INPUT_RECORD",
+    "LEAVES_FILE",
+    "RECORD_HEAD_FORMAT",
+    "Checkpoint",
+    "CheckpointWriter",
+    "LogInconsistentError",  # raised here, defined beside the tree cache
+    "SignedRecordHead",
+    "checkpoint_files",
+    "checkpoint_periodically",
+    "followed_record",
+    "newest_checkpoint",
+    "read_checkpoint",
+    "read_leaf_inputs_file",
+    "read_leaves_file",
+    "record_departure",
+    "record_head_message",
+    "signed_message",
+    "store_origin",
+    "write_checkpoint",
+]
 
 
 def followed_record(
@@ -301,107 +176,6 @@ def record_departure(
     return None
 
 
-def checkpoint_files(directory: Path) -> list[Path]:
-    return sorted(directory.glob("checkpoint-*.json"))
-
-
-def newest_checkpoint(
-    location: Path, trusted: Ed25519PublicKey | None = None
-) -> Checkpoint:
-    """The checkpoint in a file, or the newest (largest, then latest) in a directory."""
-    if location.is_dir():
-        files = checkpoint_files(location)
-        if not files:
-            raise CheckpointError(f"{location} holds no checkpoint-*.json file")
-        checkpoints = [read_checkpoint(path, trusted) for path in files]
-        return max(checkpoints, key=lambda c: (c.tree_size, c.timestamp))
-    if not location.exists():
-        raise CheckpointError(f"{location} does not exist")
-    return read_checkpoint(location, trusted)
-
-
-def read_leaves_file(directory: Path, count: int | None = None) -> list[bytes]:
-    path = directory / LEAVES_FILE
-    if not path.exists():
-        return []
-    with path.open("rb") as handle:
-        data = handle.read() if count is None else handle.read(count * 32)
-    return [data[at : at + 32] for at in range(0, len(data) - len(data) % 32, 32)]
-
-
-def read_leaf_inputs_file(directory: Path, count: int) -> list[bytes]:
-    """The first `count` leaf inputs recorded in the directory (b"": unknown)."""
-    path = directory / LEAF_INPUTS_FILE
-    if not path.exists():
-        return []
-    with path.open("rb") as handle:
-        data = handle.read(count * LEAF_INPUT_RECORD)
-    return [
-        data[at + 1 : at + 1 + data[at]]
-        for at in range(0, len(data) - len(data) % LEAF_INPUT_RECORD, LEAF_INPUT_RECORD)
-    ]
-
-
-def _records(inputs: list[bytes]) -> bytes:
-    return b"".join(
-        bytes((len(data),)) + data.ljust(LEAF_INPUT_RECORD - 1, b"\0")
-        for data in inputs
-    )
-
-
-def _append_leaves_file(directory: Path, store: LeafStore, followed: Followed) -> None:
-    """Bring leaves.bin and leaf-inputs.bin up to the tree's size: the leaves
-    just followed, or (a new directory, a crash between two writes) from the
-    tree cache, whose inputs are only recorded where they hash to the leaf."""
-    size = followed.frontier.size
-    leaves = directory / LEAVES_FILE
-    have = leaves.stat().st_size // 32 if leaves.exists() else 0
-    with leaves.open("ab") as handle:
-        handle.truncate(have * 32)  # a torn record from a crash
-        handle.seek(have * 32)
-        if have >= followed.first_new:
-            handle.write(b"".join(followed.new_leaves[have - followed.first_new :]))
-            have = size
-        step = 10_000
-        for start in range(have, size, step):
-            inputs = store.leaf_inputs(start, min(size, start + step))
-            handle.write(b"".join(leaf_hash(data) for data in inputs))
-        handle.flush()
-        os.fsync(handle.fileno())
-    records = directory / LEAF_INPUTS_FILE
-    have = min(
-        size, records.stat().st_size // LEAF_INPUT_RECORD if records.exists() else 0
-    )
-    with records.open("ab") as handle:
-        handle.truncate(have * LEAF_INPUT_RECORD)
-        handle.seek(have * LEAF_INPUT_RECORD)
-        if have >= followed.first_new:
-            handle.write(_records(followed.new_inputs[have - followed.first_new :]))
-            have = size
-        for start in range(have, size, step):
-            signed = read_leaves_file(directory, start + step)[start:]
-            inputs = store.leaf_inputs(start, min(size, start + step))
-            handle.write(
-                _records(
-                    [
-                        data if leaf_hash(data) == leaf else b""
-                        for data, leaf in zip(inputs, signed, strict=False)
-                    ]
-                )
-            )
-        handle.flush()
-        os.fsync(handle.fileno())
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    temporary = path.with_name(path.name + ".tmp")
-    with temporary.open("w") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    temporary.replace(path)
-
-
 class CheckpointWriter:
     """Writes checkpoints of one store into one directory, keeping connections.
 
@@ -474,7 +248,7 @@ class CheckpointWriter:
         ):
             return previous
         tree_root = followed.frontier.root()
-        _append_leaves_file(self._out_dir, self._store, followed)
+        append_leaves_file(self._out_dir, self._store, followed)
         timestamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         origin = store_origin(self._settings)
         message = signed_message(origin, size, tree_root.hex(), timestamp)
@@ -495,7 +269,7 @@ class CheckpointWriter:
                 record, self._key.sign(record_head_message(message, record))
             ),
         )
-        _write_atomically(path, json.dumps(checkpoint.to_json(), indent=2) + "\n")
+        write_atomically(path, json.dumps(checkpoint.to_json(), indent=2) + "\n")
         self._previous = checkpoint
         return checkpoint
 
