@@ -55,6 +55,7 @@ class TurnWrites:
     def vault(self) -> TextVault:
         return self.ledger.vault
 
+    # Long because: 70 lines are `run`, closing over what is checked and sealed here
     def write(
         self,
         owner_id: str,
@@ -96,6 +97,7 @@ class TurnWrites:
             else None
         )
 
+        # Long because: a turn's step in the batch: retry, checks, event, row in order
         def run(conversation: Conversation, batch: Batch) -> TurnReceipt:
             existing = batch.turn(conversation.id, turn_id)
             if existing is not None:
