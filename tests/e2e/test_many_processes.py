@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -131,6 +132,14 @@ def test_three_processes_with_devices_moving_at_random_converge(
         try:
             for n in range(STEPS_PER_DEVICE):
                 device.step(n)
+        except httpx.TransportError as error:  # reported by the main thread
+            # Which request, so a hang can be traced in the servers' logs.
+            failures.append(
+                AssertionError(
+                    f"{device.name}: {error!r} on {error.request.method} "
+                    f"{error.request.url} at {time.strftime('%H:%M:%S')}"
+                )
+            )
         except BaseException as error:  # reported by the main thread
             failures.append(error)
 
@@ -139,7 +148,7 @@ def test_three_processes_with_devices_moving_at_random_converge(
         thread.start()
     for thread in threads:
         thread.join(timeout=300)
-    assert not failures, failures
+    assert not failures, (failures, *_log_tails(servers))
 
     for device in devices:
         device.replica.sync(device.any_process())
@@ -169,3 +178,8 @@ def test_three_processes_with_devices_moving_at_random_converge(
     for device in devices:
         for http in device.clients:
             http.close()
+
+
+def _log_tails(servers: list[Server]) -> list[str]:
+    """The end of each server's log, for a failure's report."""
+    return [s.log.read_text(errors="replace")[-4000:] for s in servers]
