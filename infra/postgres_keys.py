@@ -34,6 +34,7 @@ from turnledger.infra.pool_check import (
     check_unless_quiet,
 )
 from turnledger.infra.pool_queries import execute, fetch_all, fetch_one
+from turnledger.infra.postgres_sql import TURN_PAIRS, turn_pairs, uuid_array
 
 # The key table is hash-partitioned by conversation so that compaction (VACUUM
 # FULL, which locks the table it rewrites) rewrites and locks only the small
@@ -77,6 +78,17 @@ class PostgresKeyStore(KeyStore):
         self.checkpoint_wait_seconds = DEFAULT_CHECKPOINT_WAIT_SECONDS
         self._key_compaction: KeyCompaction | None = None
         self._table = sql.Identifier(schema, KEY_TABLE)
+        # Rendered once (a sync read's key statement): a Composed is rendered
+        # again at every execution.
+        self._select_across = (
+            sql.SQL(
+                "SELECT conversation_id, turn_id, wrapped_key FROM {} "
+                "WHERE conversation_id = ANY(%s::uuid[]) "
+                "AND (conversation_id, turn_id) IN ({})"
+            )
+            .format(self._table, sql.SQL(TURN_PAIRS))
+            .as_bytes(None)
+        )
         self._tracking = sql.Identifier(schema, "key_purge_tracking")
         self._destroyed = sql.Identifier(schema, "destroyed_turn_keys")
         self._meta = sql.Identifier(schema, "key_store_meta")
@@ -148,20 +160,14 @@ class PostgresKeyStore(KeyStore):
     def get_across(
         self, turn_ids: Mapping[UUID, Collection[str]]
     ) -> dict[UUID, dict[str, bytes]]:
-        pairs = [(c, t) for c, ids in turn_ids.items() for t in ids]
-        if not pairs:
+        if not any(turn_ids.values()):
             return {}
         with self._pool.connection() as connection:
             # The conversation list lets the executor skip the partitions of
             # other conversations; the pairs pick the turns.
             rows = connection.execute(
-                sql.SQL(
-                    "SELECT conversation_id, turn_id, wrapped_key FROM {} "
-                    "WHERE conversation_id = ANY(%s::uuid[]) "
-                    "AND (conversation_id, turn_id) IN "
-                    "(SELECT * FROM unnest(%s::uuid[], %s::text[]))"
-                ).format(self._table),
-                (list(turn_ids), [c for c, _ in pairs], [t for _, t in pairs]),
+                self._select_across,
+                (uuid_array(turn_ids), turn_pairs(turn_ids)),
                 prepare=True,
             ).fetchall()
         found: dict[UUID, dict[str, bytes]] = {}

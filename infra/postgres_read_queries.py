@@ -3,6 +3,7 @@ fold rows as of a version, and the per-user feed."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 from uuid import UUID
@@ -13,7 +14,7 @@ from eventsourcing.persistence import (
 from eventsourcing.postgres import PostgresDatastore
 from psycopg import sql
 
-from turnledger.infra.postgres_sql import SchemaTables
+from turnledger.infra.postgres_sql import TURN_PAIRS, SchemaTables, turn_pairs
 from turnledger.infra.read_side_sql import (
     CONVERSATION_COLUMNS,
     FOLD_COLUMNS,
@@ -33,7 +34,7 @@ class PostgresReadQueries(SchemaTables):
     """The queries of `PostgresReadSideRecorder` (infra/postgres_recorder.py)."""
 
     datastore: PostgresDatastore
-    _select_owner_events: dict[bool, sql.Composed]
+    _select_owner_events: dict[bool, bytes]
 
     def select_owner_notifications(
         self, owner_id: str, after: int, limit: int, topics: Sequence[str] = ()
@@ -56,7 +57,9 @@ class PostgresReadQueries(SchemaTables):
             for row in rows
         ]
 
-    def _select(self, statement: sql.Composable, params: Sequence[Any]) -> list[Any]:
+    def _select(
+        self, statement: sql.Composable | bytes, params: Sequence[Any]
+    ) -> list[Any]:
         with self.datastore.get_connection() as conn, conn.cursor() as curs:
             curs.execute(statement, params, prepare=True)
             return list(curs.fetchall())
@@ -105,6 +108,27 @@ class PostgresReadQueries(SchemaTables):
         for turn in turns:
             found.setdefault(turn.conversation_id, {})[turn.turn_id] = turn
         return {row.conversation_id: row for row in heads}, found
+
+    @functools.cached_property
+    def _select_deleted_turns(self) -> bytes:
+        # Rendered once: a Composed is rendered again at every execution.
+        return (
+            sql.SQL(
+                "SELECT conversation_id, turn_id FROM {} "
+                "WHERE (conversation_id, turn_id) IN ({}) "
+                "AND deleted_version IS NOT NULL"
+            )
+            .format(self._table("conversation_turns"), sql.SQL(TURN_PAIRS))
+            .as_bytes(None)
+        )
+
+    def deleted_turns(
+        self, turn_ids: Mapping[UUID, Collection[str]]
+    ) -> set[tuple[UUID, str]]:
+        if not any(turn_ids.values()):
+            return set()
+        rows = self._select(self._select_deleted_turns, (turn_pairs(turn_ids),))
+        return {(row["conversation_id"], row["turn_id"]) for row in rows}
 
     def conversations_of(self, owner_id: str) -> list[ConversationRow]:
         return [

@@ -111,7 +111,7 @@ class PostgresReadSideRecorder(
         self._select_owner_events = {
             with_topics: postgres_select_owner_events(
                 datastore.schema, self.events_table_name, with_topics=with_topics
-            )
+            ).as_bytes(None)
             for with_topics in (False, True)
         }
 

@@ -5,7 +5,7 @@ NOTIFY channel and payload of a schema's writes."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -151,6 +151,25 @@ def woken_owners(payload: str) -> set[str] | None:
     if not isinstance(owners, list) or not all(isinstance(o, str) for o in owners):
         return None
     return set(owners)
+
+
+# The (conversation, turn) pairs named by `turn_pairs`' parameter, as rows.
+TURN_PAIRS = "SELECT c, t FROM json_to_recordset(%s::json) AS p(c uuid, t text)"
+
+
+def uuid_array(ids: Iterable[UUID]) -> str:
+    """A `%s::uuid[]` parameter as one string (a UUID's text needs no quoting):
+    psycopg would dump a list element by element, in Python, and a sync read
+    sends one per statement."""
+    return "{" + ",".join(str(i) for i in ids) + "}"
+
+
+def turn_pairs(turn_ids: Mapping[UUID, Collection[str]]) -> str:
+    """The named turns of each conversation as the one JSON parameter of
+    `TURN_PAIRS` (for the same reason as `uuid_array`)."""
+    return orjson.dumps(
+        [{"c": str(c), "t": t} for c, ids in turn_ids.items() for t in ids]
+    ).decode()
 
 
 class SchemaTables:

@@ -233,6 +233,24 @@ class SQLiteReadSideRecorder(SQLiteRecorderWithRows):
             if ids
         }
 
+    def deleted_turns(
+        self, turn_ids: Mapping[UUID, Collection[str]]
+    ) -> set[tuple[UUID, str]]:
+        found: set[tuple[UUID, str]] = set()
+        for conversation_id, ids in turn_ids.items():
+            for chunk in chunks(list(ids)):
+                found.update(
+                    (conversation_id, row[0])
+                    for row in self._select(
+                        "SELECT turn_id FROM conversation_turns "
+                        "WHERE conversation_id = ? "
+                        f"AND turn_id IN ({','.join('?' * len(chunk))}) "
+                        "AND deleted_version IS NOT NULL",
+                        (conversation_id.hex, *chunk),
+                    )
+                )
+        return found
+
     def conversations_of(self, owner_id: str) -> list[ConversationRow]:
         return [
             conversation_row(row)

@@ -44,6 +44,15 @@ class ReadSide(Protocol):
         """The rows of those turns that exist."""
         ...
 
+    def deleted_turns(
+        self, turn_ids: Mapping[UUID, Collection[str]]
+    ) -> set[tuple[UUID, str]]:
+        """Which of the named turns of each conversation are deleted by now, as
+        (conversation, turn) pairs: what the sync feed checks after opening
+        their texts, without reading whole rows (one statement on
+        PostgreSQL)."""
+        ...
+
     def turns_page(
         self, conversation_id: UUID, *, offset: int, limit: int, as_of: int
     ) -> list[TurnRow]:
@@ -165,6 +174,17 @@ class LedgerView:
                 conversation_id: self.turns_by_id(conversation_id, ids)
                 for conversation_id, ids in turn_ids.items()
                 if ids
+            }
+
+    def deleted_turns(
+        self, turn_ids: Mapping[UUID, Collection[str]]
+    ) -> set[tuple[UUID, str]]:
+        with self._lock:
+            return {
+                (conversation_id, turn_id)
+                for conversation_id, ids in turn_ids.items()
+                for turn_id, row in self.turns_by_id(conversation_id, ids).items()
+                if row.deleted
             }
 
     def conversations_of(self, owner_id: str) -> list[ConversationRow]:

@@ -326,17 +326,14 @@ class ConversationFeed:
             owner_id,
             damaged,
         )
-        _, rows = self._ledger.read_side.heads_and_turns(
+        for deleted in self._ledger.read_side.deleted_turns(
             {
                 conversation_id: {recorded.turn_id for recorded in recorded_turns}
                 for conversation_id, recorded_turns in by_conversation.items()
             }
-        )
-        for conversation_id, turn_rows in rows.items():
-            for turn_id, row in turn_rows.items():
-                if row.deleted:
-                    texts.pop((conversation_id, turn_id), None)
-                    damaged.discard((conversation_id, turn_id))
+        ):
+            texts.pop(deleted, None)
+            damaged.discard(deleted)
         return texts
 
     def _open_owned(

@@ -99,3 +99,49 @@ def test_a_read_across_conversations_sends_one_key_statement_on_postgres(
     assert len(key_reads) == 1, key_reads
     assert len(turn_reads) == 1, turn_reads
     assert {c for c, _ in turns} == set(conversations)
+
+
+def test_the_deletion_check_names_exactly_the_deleted_turns_asked_for(
+    ledger: Conversations,
+) -> None:
+    kept, partly, whole, not_asked = _conversations(ledger, 4)
+    ledger.delete_history(OWNER, partly, turn_ids=["t2"])
+    ledger.delete_history(OWNER, whole)
+    ledger.delete_history(OWNER, not_asked)
+
+    found = ledger.read_side.deleted_turns(
+        {
+            kept: {"t1", "t2"},
+            partly: {"t1", "t2", "never-written"},
+            whole: {"t1", "t2"},
+        }
+    )
+
+    assert found == {(partly, "t2"), (whole, "t1"), (whole, "t2")}
+    assert ledger.read_side.deleted_turns({}) == set()
+
+
+def test_every_spelling_of_a_turn_id_is_found_by_the_key_read_and_the_deletion_check(
+    ledger: Conversations,
+) -> None:
+    # The PostgreSQL statements take the pairs as one JSON parameter.
+    odd = ["NULL", "null", "a.b:c@d-e_f", "9" * 128]
+    conversation_id = ledger.start_conversation(OWNER)
+    for turn_id in odd:
+        ledger.confirm_turn(
+            OWNER, conversation_id, turn_id=turn_id, question=turn_id, answer="a"
+        )
+    ledger.delete_history(OWNER, conversation_id, turn_ids=["NULL", "a.b:c@d-e_f"])
+
+    turns = _turns(ledger)
+
+    assert {t: turns[(conversation_id, t)].question for t in odd} == {
+        "NULL": None,
+        "null": "null",
+        "a.b:c@d-e_f": None,
+        "9" * 128: "9" * 128,
+    }
+    assert ledger.read_side.deleted_turns({conversation_id: odd}) == {
+        (conversation_id, "NULL"),
+        (conversation_id, "a.b:c@d-e_f"),
+    }
