@@ -68,6 +68,9 @@ def eventsourcing_env(settings: Settings) -> dict[str, str]:
                 # Ours, not the library's: read by PostgresReadSideFactory.
                 POSTGRES_TARGET_SESSION_ATTRS=settings.postgres_target_session_attrs,
             )
+            options = settings.postgres_session_options()
+            if options is not None:
+                env["POSTGRES_SESSION_OPTIONS"] = options  # ours too
     return env
 
 

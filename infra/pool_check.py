@@ -56,7 +56,10 @@ def pool_serves(pool: ConnectionPool[Any], timeout: float) -> None:
 
 
 def use_quiet_check(
-    datastore: PostgresDatastore, *, target_session_attrs: str = "any"
+    datastore: PostgresDatastore,
+    *,
+    target_session_attrs: str = "any",
+    options: str | None = None,
 ) -> None:
     """Give the library's datastore a pool that checks with `check_unless_quiet`
     and gives up a lost connection's slot after `RECONNECT_TIMEOUT_SECONDS`.
@@ -66,11 +69,14 @@ def use_quiet_check(
     made. So the datastore's pool, made but not yet opened, is replaced by one
     made with the same settings and these, and libpq's `target_session_attrs`
     (a multi-host connection to a Patroni cluster: docs/ha.md), which the
-    library does not pass either (`library_compat.replace_pool_check`).
+    library does not pass either (`library_compat.replace_pool_check`), and
+    libpq's `options` (a replica's `lock_timeout`, `Settings.replica_settings`).
     """
     connection = {}
     if target_session_attrs != "any":
         connection["target_session_attrs"] = target_session_attrs
+    if options:
+        connection["options"] = options
     replace_pool_check(
         datastore,
         check_unless_quiet,

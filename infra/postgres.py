@@ -69,6 +69,7 @@ class PostgresReadSideFactory(PostgresFactory):
         use_quiet_check(
             self.datastore,
             target_session_attrs=self.env.get("POSTGRES_TARGET_SESSION_ATTRS", "any"),
+            options=self.env.get("POSTGRES_SESSION_OPTIONS"),
         )
 
     def application_recorder(self) -> PostgresReadSideRecorder:

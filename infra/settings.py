@@ -67,6 +67,8 @@ class Settings(BaseSettings):
     postgres_target_session_attrs: SessionAttrs = "any"
     postgres_pool_size: PositiveInt = 5
     postgres_connect_timeout: PositiveInt = 5
+    # lock_timeout (ms) of each connection: replica_settings sets it, not the primary.
+    postgres_lock_timeout_ms: NonNegativeInt = 0
     # Write transactions kept going at once: above one, the next batch of
     # writes is prepared and sent while the last one waits for its commit
     # (never two batches of one conversation; docs/read-side.md).
@@ -90,6 +92,8 @@ class Settings(BaseSettings):
     # commit this process has heard of. "strict": every commit made before the
     # read began, at the cost of one position query to the primary per read.
     postgres_replica_reads: Literal["session", "strict"] = "session"
+    # A replica read's lock wait before the primary serves it (docs/sync.md).
+    postgres_replica_lock_timeout_ms: PositiveInt = 250
 
     # Base64 of 32 random bytes. Wraps every per-turn data key. When unset, the
     # SQLite store keeps one in data_dir/master.key (mode 0600) and the memory
@@ -305,6 +309,7 @@ class Settings(BaseSettings):
                     self.postgres_replica_target_session_attrs
                 ),
                 "postgres_replica_host": None,
+                "postgres_lock_timeout_ms": self.postgres_replica_lock_timeout_ms,
             }
         )
 
@@ -321,7 +326,13 @@ class Settings(BaseSettings):
             target_session_attrs=None
             if self.postgres_target_session_attrs == "any"
             else self.postgres_target_session_attrs,
+            options=self.postgres_session_options(),
         )
+
+    def postgres_session_options(self) -> str | None:
+        """libpq's `options` for this database's connections (None: none)."""
+        ms = self.postgres_lock_timeout_ms
+        return f"-c lock_timeout={ms}" if ms else None
 
 
 # Fields whose values a message must never echo.

@@ -315,6 +315,86 @@ def test_a_long_poll_on_a_replica_reading_process_gets_a_write_made_during_lag(
         assert delivered < 5, delivered  # woken by the commit, not the timeout
 
 
+def test_a_replica_read_behind_a_lock_held_by_recovery_goes_to_the_primary(
+    clusters: tuple[PrivateCluster, PrivateCluster],
+    service_settings: Settings,
+    add_device: Callable[[str, str], str],
+) -> None:
+    """A standby's queries wait behind the ACCESS EXCLUSIVE locks its recovery
+    replays (VACUUM FULL of the purge takes them on the primary), and recovery
+    may itself wait for the standby's queries up to max_standby_streaming_delay
+    (30 s): a sync read once hung that long. Here recovery keeps such a lock
+    (replay paused after the lock, before the commit that released it on the
+    primary): the read gives up the replica after its lock timeout and the
+    primary serves it, at once and complete."""
+    primary, replica = clusters
+    settings = _session(service_settings)
+    token = add_device("frank", "phone")
+    app = create_app(settings)
+    http = TestClient(app, headers={"Authorization": f"Bearer {token}"})
+    reads = app.state.service.reads
+    feed = sql.Identifier(settings.postgres_schema, "owner_feed")
+    try:
+        conversation = http.post("/v1/conversations").json()["conversation_id"]
+        http.put(
+            f"/v1/conversations/{conversation}/turns/t0",
+            json={"question": "q0", "answer": "a0"},
+        ).raise_for_status()
+        _caught_up(primary, replica)
+        assert http.get("/v1/sync").status_code == 200
+        assert reads.replica_reads > 0  # the replica serves this process's reads
+        with psycopg.connect(primary.conninfo) as locker:
+            locker.execute(
+                sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(feed)
+            )
+            _wait_for_recovery_lock(replica, settings.postgres_schema, "owner_feed")
+            with _ReplayPaused(replica):
+                locker.commit()  # free on the primary; still held on the standby
+                result: dict[str, Any] = {}
+
+                def pull() -> None:
+                    began = time.monotonic()
+                    result["response"] = http.get("/v1/sync")
+                    result["seconds"] = time.monotonic() - began
+
+                primary_reads = reads.primary_reads
+                thread = threading.Thread(target=pull)
+                thread.start()
+                thread.join(timeout=20)
+                assert not thread.is_alive(), "the read waited for recovery"
+        response = result["response"]
+        assert response.status_code == 200, response.text
+        assert [c.get("turn_id") for c in response.json()["changes"]] == [None, "t0"]
+        assert result["seconds"] < 5, result["seconds"]
+        assert reads.primary_reads > primary_reads
+    finally:
+        http.close()
+        app.state.service.ledger.close()
+        app.state.service.registry.close()
+        if app.state.service.replica is not None:
+            app.state.service.replica.close()
+
+
+def _wait_for_recovery_lock(
+    replica: PrivateCluster, schema: str, relation: str
+) -> None:
+    """Until the standby's recovery holds the ACCESS EXCLUSIVE lock on it."""
+    deadline = time.monotonic() + 30
+    with psycopg.connect(replica.conninfo, autocommit=True) as connection:
+        while True:
+            row = connection.execute(
+                "SELECT count(*) FROM pg_locks l JOIN pg_class c "
+                "ON c.oid = l.relation JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE n.nspname = %s AND c.relname = %s "
+                "AND l.mode = 'AccessExclusiveLock' AND l.granted",
+                (schema, relation),
+            ).fetchone()
+            if row is not None and row[0]:
+                return
+            assert time.monotonic() < deadline, "the standby never replayed the lock"
+            time.sleep(0.05)
+
+
 def _key_table_files(replica: PrivateCluster, schema: str) -> list[Path]:
     """The standby's files of every key partition (and its indexes)."""
     with psycopg.connect(replica.conninfo) as connection:
