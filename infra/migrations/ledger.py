@@ -9,7 +9,10 @@
 5. turn and fold rows hash-partitioned by conversation (PostgreSQL), as the
    key table is: the purge rewrites the partitions of the conversations it
    deleted from (their dead row versions hold the erased sizes), not the
-   whole table.
+   whole table;
+6. the per-user feed index's rows as runs of consecutive log positions of
+   one owner (PostgreSQL), written by a new trigger: a statement that writes
+   a user's turns in a group indexes them in one row instead of one each.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from turnledger.infra.owner_feed import (
     OWNER_FEED_TABLE,
     SQLITE_OWNER_FEED_TABLE,
     postgres_owner_feed_ddl,
+    postgres_owner_runs_ddl,
     sqlite_build_owner_feed,
 )
 
@@ -114,12 +118,19 @@ def _sqlite_partitioned(cursor: Any, names: StoreNames) -> None:
     del cursor, names
 
 
+def _sqlite_owner_runs(cursor: Any, names: StoreNames) -> None:
+    # SQLite keeps one index row per event: its rows are small (no row
+    # header of 24 bytes), and the bound on stored bytes is PostgreSQL's.
+    del cursor, names
+
+
 SQLITE_STEPS = (
     Step(1, "read side: conversation heads, turn rows, fold rows", _sqlite_read_side),
     Step(2, "turn rows: parts sizes", _sqlite_parts_sizes),
     Step(3, "per-user feed index, built from the log", _sqlite_owner_feed),
     Step(4, "no statistics of the size columns", _sqlite_no_size_statistics),
     Step(5, "turn and fold rows partitioned by conversation", _sqlite_partitioned),
+    Step(6, "per-user feed index rows as runs of positions", _sqlite_owner_runs),
 )
 
 # PostgreSQL --------------------------------------------------------------------
@@ -332,6 +343,11 @@ def _postgres_partitioned(cursor: Any, names: StoreNames) -> None:
     _postgres_no_size_statistics(cursor, names)
 
 
+def _postgres_owner_runs(cursor: Any, names: StoreNames) -> None:
+    for statement in postgres_owner_runs_ddl(names.schema, names.events_table):
+        cursor.execute(statement)
+
+
 def read_side_partition(table: str, key_partition: str) -> str:
     """The partition of `table` that holds the conversations whose keys are
     in the key table's partition `key_partition` ("turn_keys_p13" ->
@@ -346,4 +362,5 @@ POSTGRES_STEPS = (
     Step(3, "per-user feed index, built from the log", _postgres_owner_feed),
     Step(4, "no statistics of the size columns", _postgres_no_size_statistics),
     Step(5, "turn and fold rows partitioned by conversation", _postgres_partitioned),
+    Step(6, "per-user feed index rows as runs of positions", _postgres_owner_runs),
 )

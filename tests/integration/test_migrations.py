@@ -21,6 +21,7 @@ from turnledger.infra.exit_codes import EXIT_CANNOT_RUN
 from turnledger.infra.migrations import MIGRATIONS_TABLE, SchemaTooNewError
 from turnledger.infra.migrations import ledger as ledger_steps
 from turnledger.infra.migrations.stores import POSTGRES_KEY_STEPS, SQLITE_KEY_STEPS
+from turnledger.infra.owner_feed import postgres_owner_feed_ddl
 from turnledger.infra.persistence import open_conversations
 from turnledger.infra.service_layer.application import Conversations
 from turnledger.infra.settings import Settings
@@ -190,12 +191,21 @@ def _as_version(settings: Settings, start: int | str) -> None:
         _execute(settings, statements)
         return
     assert isinstance(start, int)
-    if start < 3:
-        if not sqlite:
-            statements.append(
-                f"DROP TRIGGER turnledger_owner_feed ON {name('conversations_events')}"
+    if start < 6 and not sqlite:
+        # Steps 3 to 5 left one index row per event, written by the first
+        # trigger function.
+        statements.append(
+            f"DROP TRIGGER turnledger_owner_feed ON {name('conversations_events')}"
+        )
+        statements.append(f"DROP FUNCTION {name('turnledger_owner_feed_v2')}")
+        statements.append(f"DROP TABLE {name('owner_feed')}")
+        if start >= 3:
+            statements.extend(
+                postgres_owner_feed_ddl(
+                    settings.postgres_schema, "conversations_events"
+                )
             )
-            statements.append(f"DROP FUNCTION {name('turnledger_owner_feed_v1')}")
+    if start < 3 and sqlite:
         statements.append(f"DROP TABLE {name('owner_feed')}")
     if start < 2:
         statements.append(

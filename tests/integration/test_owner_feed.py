@@ -27,6 +27,7 @@ from psycopg import sql
 
 from turnledger.infra.http.app import create_app
 from turnledger.infra.migrations import MIGRATIONS_TABLE
+from turnledger.infra.owner_feed import RUN_POSITIONS
 from turnledger.infra.persistence import open_conversations
 from turnledger.infra.read_side import rebuild_read_side
 from turnledger.infra.service_layer.application import Conversations
@@ -290,19 +291,31 @@ def test_a_store_from_before_the_index_gets_it_built_and_old_cursors_work(
         ledger.close()
 
 
+def _indexed_owner(
+    connection: psycopg.Connection[Any], schema: str, position: int
+) -> list[Any]:
+    """The owners whose index rows name `position` (a run holding it)."""
+    return connection.execute(
+        sql.SQL(
+            "SELECT owner_id FROM {} WHERE %s BETWEEN coalesce(first_id, last_id) "
+            "AND last_id"
+        ).format(sql.Identifier(schema, "owner_feed")),
+        (position,),
+    ).fetchall()
+
+
 def test_an_event_inserted_by_any_statement_is_indexed_on_postgres(
     postgres_settings: Settings,
 ) -> None:
     """The trigger indexes what the library's own insert, or another
-    release's write function, inserts: here a plain INSERT of an event."""
+    release's write function, inserts: here a plain INSERT of an event, seen
+    indexed inside its own transaction and gone with it."""
     ledger = open_conversations(postgres_settings)
     try:
         conversation = ledger.start_conversation("ann")
         ledger.confirm_turn("ann", conversation, turn_id="t1", question="q", answer="a")
-        table = sql.Identifier(
-            postgres_settings.postgres_schema, "conversations_events"
-        )
-        feed_table = sql.Identifier(postgres_settings.postgres_schema, "owner_feed")
+        schema = postgres_settings.postgres_schema
+        table = sql.Identifier(schema, "conversations_events")
         with psycopg.connect(postgres_settings.postgres_conninfo()) as connection:
             (inserted,) = connection.execute(
                 sql.SQL(
@@ -313,14 +326,159 @@ def test_an_event_inserted_by_any_statement_is_indexed_on_postgres(
                 ).format(table, table),
                 (conversation,),
             ).fetchone()
-            indexed = connection.execute(
-                sql.SQL("SELECT owner_id FROM {} WHERE notification_id = %s").format(
-                    feed_table
-                ),
-                (inserted,),
-            ).fetchall()
+            assert _indexed_owner(connection, schema, inserted) == [("ann",)]
             connection.rollback()
-        assert indexed == [("ann",)]
+            assert _indexed_owner(connection, schema, inserted) == []
+    finally:
+        ledger.close()
+
+
+@pytest.mark.postgres
+def test_one_statement_of_several_owners_is_indexed_as_each_owners_runs(
+    postgres_settings: Settings,
+) -> None:
+    """Events of several owners interleaved in one statement: each index row
+    is a run of one owner's consecutive positions, none longer than
+    RUN_POSITIONS, and together they name every event once; a read from any
+    position, inside a run or not, returns exactly the owner's events."""
+    ledger = open_conversations(postgres_settings)
+    schema = postgres_settings.postgres_schema
+    try:
+        owners = {"ann": ledger.start_conversation("ann")}
+        owners["ben"] = ledger.start_conversation("ben")
+        ledger.confirm_turn(
+            "ann", owners["ann"], turn_id="t1", question="q", answer="a"
+        )
+        # ann x3, ben, ann, ben x2, then ann for longer than one row's run.
+        order = (
+            ["ann"] * 3 + ["ben", "ann"] + ["ben"] * 2 + ["ann"] * (RUN_POSITIONS + 5)
+        )
+        versions = {owner: 100 for owner in owners}
+        rows = []
+        for owner in order:
+            versions[owner] += 1
+            rows.append((owners[owner], versions[owner]))
+        recorder: Any = ledger.recorder
+        earlier = {
+            owner: [n.id for n in recorder.select_owner_notifications(owner, 0, 100)]
+            for owner in owners
+        }
+        table = sql.Identifier(schema, "conversations_events")
+        with psycopg.connect(postgres_settings.postgres_conninfo()) as connection:
+            (topic, state) = connection.execute(
+                sql.SQL(
+                    "SELECT topic, state FROM {} WHERE originator_id = %s "
+                    "AND originator_version = 2"
+                ).format(table),
+                (owners["ann"],),
+            ).fetchone()  # type: ignore[misc]
+            # One statement; unnest keeps the order, so positions follow it.
+            positions = [
+                row[0]
+                for row in connection.execute(
+                    sql.SQL(
+                        "INSERT INTO {} (originator_id, originator_version, topic, "
+                        "state) SELECT i, v, %s, %s FROM unnest(%s::uuid[], "
+                        "%s::bigint[]) WITH ORDINALITY AS r(i, v, n) ORDER BY n "
+                        "RETURNING notification_id"
+                    ).format(table),
+                    (topic, state, [r[0] for r in rows], [r[1] for r in rows]),
+                ).fetchall()
+            ]
+            connection.commit()
+            runs = connection.execute(
+                sql.SQL(
+                    "SELECT owner_id, coalesce(first_id, last_id), last_id FROM {} "
+                    "WHERE last_id >= %s ORDER BY last_id"
+                ).format(sql.Identifier(schema, "owner_feed")),
+                (min(positions),),
+            ).fetchall()
+        positions.sort()
+        owner_at = dict(zip(positions, order, strict=True))
+        named = [p for _, first, last in runs for p in range(first, last + 1)]
+        assert named == positions
+        for owner, first, last in runs:
+            assert {owner_at[p] for p in range(first, last + 1)} == {owner}
+            assert last - first < RUN_POSITIONS
+        # ann 3, ben 1, ann 1, ben 2, then ann's long run cut where her events
+        # in the statement reach RUN_POSITIONS: 60 and 9.
+        assert [last - first + 1 for _, first, last in runs] == [3, 1, 1, 2, 60, 9]
+        for owner in owners:
+            mine = earlier[owner] + [p for p in positions if owner_at[p] == owner]
+            for after in [0, positions[0], positions[1], positions[5], mine[-2]]:
+                expected = [p for p in mine if p > after]
+                for limit in (1, 3, 100):
+                    read = [
+                        n.id
+                        for n in recorder.select_owner_notifications(
+                            owner, after, limit
+                        )
+                    ]
+                    assert read == expected[:limit]
+    finally:
+        ledger.close()
+
+
+@pytest.mark.postgres
+def test_every_event_commits_with_its_index_row_on_postgres(
+    postgres_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A check run at each event's commit, inside its transaction, finds the
+    index row naming it: through the write function, the path that also
+    changes rows (a deletion) and the library's own insert. The same check
+    refuses a write once the rows stop being written in the event's
+    transaction (the trigger disabled)."""
+    schema = postgres_settings.postgres_schema
+    ledger = open_conversations(postgres_settings)
+    names = {
+        "events": sql.Identifier(schema, "conversations_events"),
+        "feed": sql.Identifier(schema, "owner_feed"),
+        "heads": sql.Identifier(schema, "conversation_heads"),
+        "check": sql.Identifier(schema, "test_indexed_at_commit"),
+    }
+    try:
+        with psycopg.connect(
+            postgres_settings.postgres_conninfo(), autocommit=True
+        ) as connection:
+            connection.execute(
+                sql.SQL(
+                    "CREATE FUNCTION {check}() RETURNS trigger LANGUAGE plpgsql AS "
+                    "$body$ BEGIN IF NOT EXISTS (SELECT FROM {feed} f JOIN {heads} h "
+                    "ON h.owner_id = f.owner_id WHERE h.conversation_id = "
+                    "NEW.originator_id AND NEW.notification_id BETWEEN "
+                    "coalesce(f.first_id, f.last_id) AND f.last_id) THEN RAISE "
+                    "EXCEPTION 'event % committed without its index row', "
+                    "NEW.notification_id; END IF; RETURN NULL; END $body$"
+                ).format(**names)
+            )
+            connection.execute(
+                sql.SQL(
+                    "CREATE CONSTRAINT TRIGGER test_indexed_at_commit AFTER INSERT "
+                    "ON {events} DEFERRABLE INITIALLY DEFERRED FOR EACH ROW "
+                    "EXECUTE FUNCTION {check}()"
+                ).format(**names)
+            )
+            conversation = ledger.start_conversation("ann")
+            ledger.confirm_turns(
+                "ann", conversation, [(f"t{n}", f"q{n}", f"a{n}") for n in range(5)]
+            )
+            ledger.delete_history("ann", conversation, turn_ids=["t1"])
+            with monkeypatch.context() as patched:
+                patched.setattr(type(ledger.recorder), "rows_per_statement", 2)
+                ledger.confirm_turns(
+                    "ann", conversation, [(f"u{n}", "q", "a") for n in range(5)]
+                )
+            feed = ConversationFeed(ledger)
+            assert len(fed_changes(feed, "ann", 0, 100)) == 13
+            connection.execute(
+                sql.SQL(
+                    "ALTER TABLE {events} DISABLE TRIGGER turnledger_owner_feed"
+                ).format(**names)
+            )
+            with pytest.raises(Exception, match="without its index row"):
+                ledger.confirm_turn(
+                    "ann", conversation, turn_id="v1", question="q", answer="a"
+                )
     finally:
         ledger.close()
 
