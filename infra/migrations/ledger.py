@@ -119,8 +119,8 @@ def _sqlite_partitioned(cursor: Any, names: StoreNames) -> None:
 
 
 def _sqlite_owner_runs(cursor: Any, names: StoreNames) -> None:
-    # SQLite keeps one index row per event: its rows are small (no row
-    # header of 24 bytes), and the bound on stored bytes is PostgreSQL's.
+    # SQLite keeps one index row per event, written by the recorder (it has
+    # no statement triggers); the bound on stored bytes is PostgreSQL's.
     del cursor, names
 
 

@@ -469,7 +469,9 @@ def test_every_event_commits_with_its_index_row_on_postgres(
                     "ann", conversation, [(f"u{n}", "q", "a") for n in range(5)]
                 )
             feed = ConversationFeed(ledger)
-            assert len(fed_changes(feed, "ann", 0, 100)) == 13
+            expected = scanned_changes(ledger, feed, "ann", 0)
+            assert len(expected) >= 12
+            assert fed_changes(feed, "ann", 0, 100) == expected
             connection.execute(
                 sql.SQL(
                     "ALTER TABLE {events} DISABLE TRIGGER turnledger_owner_feed"
