@@ -224,6 +224,18 @@ class KeyVault:
         wrapped = self._keys.get_across(
             {c: {turn_id for turn_id, _, _ in found} for c, found in items.items()}
         )
+        return self.open_wrapped(items, wrapped, owner_id=owner_id, damaged=damaged)
+
+    def open_wrapped(
+        self,
+        items: Mapping[UUID, Sequence[tuple[str, str, bytes]]],
+        wrapped: Mapping[UUID, Mapping[str, bytes]],
+        *,
+        owner_id: str,
+        damaged: set[tuple[UUID, str]],
+    ) -> dict[UUID, list[str | None]]:
+        """`open_across` with the wrapped keys already read (by the statement
+        that read the events: a sync read on PostgreSQL)."""
         opened: dict[UUID, list[str | None]] = {}
         for conversation_id, found in items.items():
             keys: dict[str, bytes] = {}

@@ -24,6 +24,10 @@ from turnledger.projections.tokens import TokenCounter
 # The thread the short path's turn writes are written on, a group at a time
 # (infra/http/turn_queue.py).
 WRITE_THREADS = 1
+# The threads sync reads run on (infra/http/sync_routes.py): a plain executor
+# is a cheaper hop from the event loop than the thread pool of Starlette's
+# `run_in_threadpool`, and every long-poll answer takes one.
+SYNC_READ_THREADS = 16
 
 ClientPosition = Annotated[
     str | None,
@@ -50,6 +54,7 @@ class Service:
 
     _counters: dict[str, TokenCounter] = field(default_factory=dict)
     _write_threads: ThreadPoolExecutor | None = None
+    _sync_threads: ThreadPoolExecutor | None = None
 
     def __post_init__(self) -> None:
         self.feed = ConversationFeed(self.ledger)
@@ -93,11 +98,23 @@ class Service:
             )
         return self._write_threads
 
+    def sync_threads(self) -> ThreadPoolExecutor:
+        """The pool sync reads run in (made on first use)."""
+        if self._sync_threads is None:
+            self._sync_threads = ThreadPoolExecutor(
+                SYNC_READ_THREADS, thread_name_prefix="turnledger-sync"
+            )
+        return self._sync_threads
+
     def close_write_threads(self) -> None:
-        """At shutdown: writes still waiting finish on their own threads."""
+        """At shutdown: writes (and sync reads) still waiting finish on their
+        own threads."""
         threads, self._write_threads = self._write_threads, None
         if threads is not None:
             threads.shutdown(wait=False)
+        readers, self._sync_threads = self._sync_threads, None
+        if readers is not None:
+            readers.shutdown(wait=False)
 
     def token_counter(self, name: str) -> TokenCounter:
         """The named counter, loaded once (tiktoken encodings take a while)."""
