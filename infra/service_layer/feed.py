@@ -285,6 +285,24 @@ class ConversationFeed:
         """The domain event; typed loosely, as its class depends on the topic."""
         return self._ledger.mapper.to_domain_event(notification)
 
+    def _texts(
+        self,
+        notifications: Sequence[Notification],
+        events: list[Any],
+        owner_id: str,
+        turns: Mapping[int, TurnState] | None,
+        damaged: set[tuple[UUID, str]],
+    ) -> dict[tuple[UUID, str], TurnParts]:
+        """The turns' texts: from the keys and flags read with the events
+        when there are (and they match), else read now."""
+        if turns is not None:
+            read = list(zip(notifications, events, strict=True))
+            texts = open_read_texts(self._ledger, read, turns, owner_id, damaged)
+            if texts is not None:
+                return texts
+            damaged.clear()
+        return open_texts(self._ledger, events, owner_id, damaged)
+
     def _describe(
         self,
         notifications: Sequence[Notification],
@@ -296,20 +314,7 @@ class ConversationFeed:
         keys and deletion flags read with the events."""
         events = [self._decode(n) for n in notifications]
         damaged: set[tuple[UUID, str]] = set()
-        texts = (
-            None
-            if turns is None
-            else open_read_texts(
-                self._ledger,
-                list(zip(notifications, events, strict=True)),
-                turns,
-                owner_id,
-                damaged,
-            )
-        )
-        if texts is None:
-            damaged.clear()
-            texts = open_texts(self._ledger, events, owner_id, damaged)
+        texts = self._texts(notifications, events, owner_id, turns, damaged)
         for recorded in events:
             conversation_id = _as_uuid(recorded.originator_id)
             common: dict[str, Any] = {

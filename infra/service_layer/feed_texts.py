@@ -105,7 +105,9 @@ def open_read_texts(
     vault = ledger.vault
     assert isinstance(vault, KeyVault)
     items = _sealed_items(ledger, by_conversation, owner_id)
-    opened = vault.open_wrapped(items, wrapped, owner_id=owner_id, damaged=damaged)
+    opened = vault.open_across(
+        items, owner_id=owner_id, damaged=damaged, wrapped=wrapped
+    )
     return _texts(items, opened)
 
 
