@@ -145,6 +145,17 @@ class DeviceRegistry:
         device = self._store.get(device_id)
         return device is None or device.revoked
 
+    def usable_digests(self, token_digests: Collection[bytes]) -> set[bytes]:
+        """Those of `token_digests` whose device is known and not revoked,
+        now: one lookup for all (a sync read checks the devices it answers
+        after reading, `infra/http/sync_routes.py`)."""
+        found = self._store.find_by_digests(token_digests) if token_digests else {}
+        return {
+            digest
+            for digest, (device, stored) in found.items()
+            if hmac.compare_digest(stored, digest) and not device.revoked
+        }
+
     def revoked_since(self, at: datetime) -> Sequence[Device]:
         """Devices revoked at or after `at` (for services that poll)."""
         return self._store.revoked_since(at)

@@ -12,8 +12,11 @@ from eventsourcing.persistence import (
     Notification,
 )
 from eventsourcing.postgres import PostgresDatastore
+from eventsourcing.utils import get_topic
 from psycopg import sql
 
+from turnledger.domain.conversation import Conversation
+from turnledger.infra.postgres_keys import KEY_TABLE
 from turnledger.infra.postgres_sql import TURN_PAIRS, SchemaTables, turn_pairs
 from turnledger.infra.read_side_sql import (
     CONVERSATION_COLUMNS,
@@ -34,6 +37,7 @@ class PostgresReadQueries(SchemaTables):
     """The queries of `PostgresReadSideRecorder` (infra/postgres_recorder.py)."""
 
     datastore: PostgresDatastore
+    events_table_name: str
     _select_owner_events: dict[bool, bytes]
 
     def select_owner_notifications(
@@ -56,6 +60,81 @@ class PostgresReadQueries(SchemaTables):
             )
             for row in rows
         ]
+
+    def select_owner_reads(
+        self, owner_id: str, after: int, limit: int
+    ) -> tuple[list[Notification], dict[int, tuple[str, bool, bytes | None]], int]:
+        """`select_owner_notifications` with, for each turn event, its turn's
+        id, whether the turn is deleted and its wrapped key (None: gone), and
+        the log's head: one statement, so one round trip and one snapshot (a
+        deletion committed before it shows as deleted; one committed after it
+        has not destroyed the key yet)."""
+        rows = self._select(self._select_owner_reads, (owner_id, after, limit))
+        notifications: list[Notification] = []
+        turns: dict[int, tuple[str, bool, bytes | None]] = {}
+        for row in rows:
+            if row["notification_id"] is None:
+                continue  # the head's row alone: nothing after `after`
+            notifications.append(
+                Notification(
+                    id=row["notification_id"],
+                    originator_id=row["originator_id"],
+                    originator_version=row["originator_version"],
+                    topic=row["topic"],
+                    state=bytes(row["state"]),
+                )
+            )
+            if row["turn_id"] is not None:
+                wrapped = row["wrapped_key"]
+                turns[row["notification_id"]] = (
+                    row["turn_id"],
+                    row["deleted"],
+                    None if wrapped is None else bytes(wrapped),
+                )
+        head = rows[0]["head"] if rows else None
+        return notifications, turns, head or 0
+
+    @functools.cached_property
+    def _select_owner_reads(self) -> bytes:
+        # The owner index's own query, unchanged, as a subquery; each turn
+        # event's row found by its version (a turn at position p has version
+        # p + 2 or later: the start is version 1, each turn one event), the
+        # newest position first, so the scan stops at once unless folds or
+        # deletions came between; its key only while it is not deleted. Both
+        # LIMIT 1 (each names at most one row) keep them per-event index
+        # lookups: a plain join may hash every key partition instead.
+        owner = self._select_owner_events[False].decode()
+        turn_topics = sql.SQL(", ").join(
+            sql.Literal(get_topic(cls))
+            for cls in (Conversation.TurnConfirmed, Conversation.TurnAbandoned)
+        )
+        return (
+            sql.SQL(
+                "SELECT o.notification_id, o.originator_id, o.originator_version, "
+                "o.topic, o.state, t.turn_id, t.deleted, k.wrapped_key, h.head "
+                "FROM (SELECT max(notification_id) AS head FROM {events}) h "
+                "LEFT JOIN ({owner}) o ON true "
+                "LEFT JOIN LATERAL (SELECT r.turn_id, "
+                "r.deleted_version IS NOT NULL AS deleted FROM {turns} r "
+                "WHERE o.topic IN ({topics}) "
+                "AND r.conversation_id = o.originator_id "
+                "AND r.position <= o.originator_version - 2 "
+                "AND r.version = o.originator_version "
+                "ORDER BY r.position DESC LIMIT 1) t ON true "
+                "LEFT JOIN LATERAL (SELECT k.wrapped_key FROM {keys} k "
+                "WHERE NOT t.deleted AND k.conversation_id = o.originator_id "
+                "AND k.turn_id = t.turn_id LIMIT 1) k ON true "
+                "ORDER BY o.notification_id"
+            )
+            .format(
+                events=self._table(self.events_table_name),
+                owner=sql.SQL(owner),  # type: ignore[arg-type]
+                turns=self._table("conversation_turns"),
+                topics=turn_topics,
+                keys=self._table(KEY_TABLE),
+            )
+            .as_bytes(None)
+        )
 
     def _select(
         self, statement: sql.Composable | bytes, params: Sequence[Any]

@@ -211,9 +211,10 @@ class KeyVault:
         *,
         owner_id: str,
         damaged: set[tuple[UUID, str]],
+        wrapped: Mapping[UUID, Mapping[str, bytes]] | None = None,
     ) -> dict[UUID, list[str | None]]:
         """`open_many` for several conversations of `owner_id` at once, their
-        keys read in one statement (a sync read spans many conversations).
+        keys read in one statement, or given (`wrapped`, read with the events).
 
         A text whose key is gone opens to None. A text whose stored key is
         damaged opens to None too, and (conversation id, turn id) is added
@@ -221,9 +222,10 @@ class KeyVault:
         not open in its place (altered, moved, or sealed for another owner)
         raises SealMismatchError, as in `open_many`.
         """
-        wrapped = self._keys.get_across(
-            {c: {turn_id for turn_id, _, _ in found} for c, found in items.items()}
-        )
+        if wrapped is None:
+            wrapped = self._keys.get_across(
+                {c: {turn_id for turn_id, _, _ in found} for c, found in items.items()}
+            )
         opened: dict[UUID, list[str | None]] = {}
         for conversation_id, found in items.items():
             keys: dict[str, bytes] = {}

@@ -135,6 +135,9 @@ class UserSignals:
         self._events: dict[str, asyncio.Event] = {}
         self._users: Counter[str] = Counter()
         self._devices: Counter[str] = Counter()
+        # The token digests of each user's waiting long-polls: a read started
+        # for one of them checks all of them (`credentials`).
+        self._credentials: dict[str, Counter[bytes]] = {}
         self._closing = False
         self.shared_reads = SharedReads()
         _OPEN_SIGNALS.add(self)
@@ -151,9 +154,17 @@ class UserSignals:
     def waiting_users(self) -> int:
         return len(self._users)
 
+    def credentials(self, user_id: str) -> frozenset[bytes]:
+        """The token digests of the user's waiting long-polls."""
+        found = self._credentials.get(user_id)
+        return frozenset(found) if found else frozenset()
+
     @contextlib.contextmanager
-    def waiting(self, user_id: str, device_id: str) -> Iterator[None]:
-        """Count one long-poll of this device, or refuse it over the caps."""
+    def waiting(
+        self, user_id: str, device_id: str, credential: bytes | None = None
+    ) -> Iterator[None]:
+        """Count one long-poll of this device (sent with the token whose
+        digest is `credential`), or refuse it over the caps."""
         if self._devices[device_id] >= self._per_device:
             raise LongPollLimitError(
                 "device", self._per_device, "TURNLEDGER_HTTP_MAX_LONG_POLLS_PER_DEVICE"
@@ -164,16 +175,24 @@ class UserSignals:
             )
         self._devices[device_id] += 1
         self._users[user_id] += 1
+        if credential is not None:
+            self._credentials.setdefault(user_id, Counter())[credential] += 1
         try:
             yield
         finally:
             self._devices[device_id] -= 1
             if not self._devices[device_id]:
                 del self._devices[device_id]
+            if credential is not None:
+                held = self._credentials[user_id]
+                held[credential] -= 1
+                if not held[credential]:
+                    del held[credential]
             self._users[user_id] -= 1
             if not self._users[user_id]:
                 del self._users[user_id]
                 self._events.pop(user_id, None)
+                self._credentials.pop(user_id, None)
 
     def current(self, user_id: str) -> asyncio.Event:
         """The event the user's next change will set; call from the event loop."""

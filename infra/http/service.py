@@ -13,7 +13,7 @@ from turnledger.infra.devices import Device, DeviceRegistry
 from turnledger.infra.http.cursor import CursorCodec
 from turnledger.infra.http.notifier import UserSignals
 from turnledger.infra.http.reads import ReadRouter
-from turnledger.infra.http.turn_queue import TurnWriteQueue
+from turnledger.infra.http.turn_queue import LoopTurnWrites
 from turnledger.infra.service_layer.application import Conversations
 from turnledger.infra.service_layer.feed import ConversationFeed
 from turnledger.infra.settings import Settings
@@ -21,9 +21,13 @@ from turnledger.infra.tokenizers import token_counter
 from turnledger.infra.wire.status import POSITION_HEADER
 from turnledger.projections.tokens import TokenCounter
 
-# The thread the short path's turn writes are written on, a group at a time
-# (infra/http/turn_queue.py).
+# The thread that leads the group committer's batches when the event loop's
+# turn writes start one (infra/http/turn_queue.py): one batch at a time.
 WRITE_THREADS = 1
+# The threads sync reads run on (infra/http/sync_routes.py): a plain executor
+# is a cheaper hop from the event loop than the thread pool of Starlette's
+# `run_in_threadpool`, and every long-poll answer takes one.
+SYNC_READ_THREADS = 16
 
 ClientPosition = Annotated[
     str | None,
@@ -46,10 +50,11 @@ class Service:
     feed: ConversationFeed = field(init=False)
     reads: ReadRouter = field(init=False)
     signals: UserSignals = field(init=False)
-    turn_writes: TurnWriteQueue = field(init=False)
+    turn_writes: LoopTurnWrites = field(init=False)
 
     _counters: dict[str, TokenCounter] = field(default_factory=dict)
     _write_threads: ThreadPoolExecutor | None = None
+    _sync_threads: ThreadPoolExecutor | None = None
 
     def __post_init__(self) -> None:
         self.feed = ConversationFeed(self.ledger)
@@ -64,7 +69,7 @@ class Service:
             per_device=self.settings.http_max_long_polls_per_device,
             per_user=self.settings.http_max_long_polls_per_user,
         )
-        self.turn_writes = TurnWriteQueue(
+        self.turn_writes = LoopTurnWrites(
             self.registry,
             self.ledger,
             self.reads,
@@ -86,18 +91,30 @@ class Service:
         return {POSITION_HEADER: self.cursors.encode_wal(device.user_id, position)}
 
     def write_threads(self) -> ThreadPoolExecutor:
-        """The pool turn writes wait in (made on first use)."""
+        """The pool that leads turn writes' batches (made on first use)."""
         if self._write_threads is None:
             self._write_threads = ThreadPoolExecutor(
                 WRITE_THREADS, thread_name_prefix="turnledger-write"
             )
         return self._write_threads
 
+    def sync_threads(self) -> ThreadPoolExecutor:
+        """The pool sync reads run in (made on first use)."""
+        if self._sync_threads is None:
+            self._sync_threads = ThreadPoolExecutor(
+                SYNC_READ_THREADS, thread_name_prefix="turnledger-sync"
+            )
+        return self._sync_threads
+
     def close_write_threads(self) -> None:
-        """At shutdown: writes still waiting finish on their own threads."""
+        """At shutdown: writes (and sync reads) still waiting finish on their
+        own threads."""
         threads, self._write_threads = self._write_threads, None
         if threads is not None:
             threads.shutdown(wait=False)
+        readers, self._sync_threads = self._sync_threads, None
+        if readers is not None:
+            readers.shutdown(wait=False)
 
     def token_counter(self, name: str) -> TokenCounter:
         """The named counter, loaded once (tiktoken encodings take a while)."""

@@ -15,15 +15,19 @@ application registered for its type.
 from __future__ import annotations
 
 import re
+from collections import OrderedDict
 
 from fastapi.security.utils import get_authorization_scheme_param
-from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from turnledger.domain.errors import UnauthenticatedError
+from turnledger.infra.devices import Device, token_digest
+from turnledger.infra.http.service import Service
 from turnledger.infra.http.sync_routes import (
     TIMEOUT_CEILING_SECONDS,
     SyncQuery,
     answer_sync,
+    in_thread,
 )
 from turnledger.infra.http.turn_route import answer_error, route_path
 from turnledger.infra.wire.schemas import SYNC_LIMIT_MAX
@@ -38,11 +42,26 @@ _LIMIT = re.compile(r"[1-9][0-9]{0,3}")
 _POSITION = POSITION_HEADER.lower().encode("latin-1")
 
 
+# Devices kept by token digest (a few hundred bytes each), least recently
+# used dropped first.
+KEPT_DEVICES = 10_000
+
+
 class SyncReadPath:
-    """The short path, as ASGI middleware (`create_app` adds it innermost)."""
+    """The short path, as ASGI middleware (`create_app` adds it innermost).
+
+    It keeps the device of each token it has looked up, so a request with a
+    known token takes no lookup of its own before reading: the device is
+    looked up after the read instead, in the read's worker call (shared by
+    the user's long-polls that join the read), and a revoked or unknown one
+    is refused then, before anything is answered (`answer_sync`'s
+    `credential`). What is kept is the device, keyed by the token's SHA-256
+    digest, never the token; a refused request forgets it.
+    """
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
+        self._known: OrderedDict[bytes, Device] = OrderedDict()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         parsed = (
@@ -57,12 +76,40 @@ class SyncReadPath:
             return
         token, query = parsed
         service = scope["app"].state.service
+        digest = token_digest(token)
+        device = self._known.get(digest)
+        kept = device is not None
         try:
-            device = await run_in_threadpool(service.registry.authenticate, token)
-            response = await answer_sync(service, device, query, receive)
+            if device is None:
+                device = await in_thread(service, service.registry.authenticate, token)
+                self._keep(digest, device)
+            else:
+                self._known.move_to_end(digest)
+            response = await answer_sync(service, device, query, receive, digest)
         except Exception as error:
+            self._known.pop(digest, None)
+            if kept and not isinstance(error, UnauthenticatedError):
+                # As the route answers: a token that no longer authenticates
+                # is refused before anything else is looked at.
+                error = await _refusal(service, token) or error
             response = await answer_error(scope, error)
         await response(scope, receive, send)
+
+    def _keep(self, digest: bytes, device: Device) -> None:
+        self._known[digest] = device
+        if len(self._known) > KEPT_DEVICES:
+            self._known.popitem(last=False)
+
+
+async def _refusal(service: Service, token: str) -> Exception | None:
+    """The route's refusal of `token`, if it has one now."""
+    try:
+        await in_thread(service, service.registry.authenticate, token)
+    except UnauthenticatedError as refused:
+        return refused
+    except Exception:
+        return None
+    return None
 
 
 def parse_sync(scope: Scope) -> tuple[str, SyncQuery] | None:

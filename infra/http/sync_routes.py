@@ -14,13 +14,12 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import TypeAdapter
-from starlette.concurrency import run_in_threadpool
 from starlette.types import Receive
 
 from turnledger.domain.errors import InvalidInputError, UnauthenticatedError
@@ -53,6 +52,8 @@ from turnledger.infra.wire.schemas import (
     parts_out,
 )
 
+T = TypeVar("T")
+
 router = APIRouter(prefix="/v1", tags=["sync"], responses=ERROR_RESPONSES)
 
 # The schema's ceiling; the service's own (TURNLEDGER_SYNC_MAX_WAIT_SECONDS) may
@@ -70,6 +71,11 @@ class _Read:
     at: int
     """The WAL position the read was served at (0: no replica)."""
     changes_json: bytes
+    checked: frozenset[bytes] = frozenset()
+    """Token digests whose devices were looked up after the read, in its
+    worker call: those of the user's long-polls waiting when it started."""
+    usable: frozenset[bytes] = frozenset()
+    """Those of `checked` whose device was known and not revoked then."""
 
     def after(self, position: int) -> _Read:
         """The changes of this read after log `position` (a later cursor's
@@ -77,7 +83,7 @@ class _Read:
         batch = self.batch.after(position)
         if batch is self.batch:
             return self
-        return _Read(batch, self.at, _render(batch.changes))
+        return _Read(batch, self.at, _render(batch.changes), self.checked, self.usable)
 
 
 @router.get("/sync", response_model=SyncOut)
@@ -123,9 +129,20 @@ class SyncQuery:
 
 
 async def answer_sync(
-    service: Service, device: Device, query: SyncQuery, receive: Receive
+    service: Service,
+    device: Device,
+    query: SyncQuery,
+    receive: Receive,
+    credential: bytes | None = None,
 ) -> Response:
-    """The answer to a sync request of `device` (both ways in)."""
+    """The answer to a sync request of `device` (both ways in).
+
+    `credential`, the digest of the token the request was sent with, says
+    that the device was not looked up for this request (the short path keeps
+    the device of each token it has seen): it is then looked up after each
+    read, in the read's worker call, and a revoked or unknown one is refused
+    before anything is answered. Without it the device was checked when the
+    request came, and again after each wait (a revocation wakes the wait)."""
     user_id = device.user_id
     position, wal = (0, 0)
     epoch = epoch_of(service.ledger)  # a restore voids older cursors
@@ -135,18 +152,22 @@ async def answer_sync(
     wait = min(query.timeout, service.settings.sync_max_wait_seconds)
     limit = query.limit
     if wait > 0 and not service.signals.closing:
-        with service.signals.waiting(user_id, device.device_id):
+        with service.signals.waiting(user_id, device.device_id, credential):
             read = await _read_or_wait(
-                service, device, position, wal, wait, limit, receive
+                service, device, position, wal, wait, limit, receive, credential
             )
     else:
-        read = await run_in_threadpool(_pull, service, user_id, position, wal, limit)
+        checked = frozenset() if credential is None else frozenset({credential})
+        read = await in_thread(
+            service, _pull, service, user_id, position, wal, limit, checked
+        )
+        await _check_device(service, device, read, credential, waited=False)
     # A SyncOut, spliced from the changes' JSON (the response_model above
     # documents it; tests/integration/test_shared_reads.py compares the two).
     if mark_served(service.ledger, read.batch.position):
         # Durable beside the deletion record before any cursor names it, so
         # that a restore to a shorter log is found (infra/restore_seen.py).
-        await run_in_threadpool(advance_served, service.ledger, read.batch.position)
+        await in_thread(service, advance_served, service.ledger, read.batch.position)
     cursor = service.cursors.encode(user_id, read.batch.position, read.at, epoch)
     body = b"".join(
         (
@@ -162,9 +183,51 @@ async def answer_sync(
     return Response(body, media_type="application/json")
 
 
-def _pull(service: Service, user_id: str, position: int, wal: int, limit: int) -> _Read:
+async def in_thread(
+    service: Service, function: Callable[..., T], *arguments: object
+) -> T:
+    """`function(*arguments)` on the service's sync read threads."""
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(
+        service.sync_threads(), functools.partial(function, *arguments)
+    )
+
+
+async def _check_device(
+    service: Service,
+    device: Device,
+    read: _Read,
+    credential: bytes | None,
+    *,
+    waited: bool,
+) -> None:
+    """Refuse the device if it is revoked (or gone) by the end of `read`:
+    from the read's own lookup when it covered the device's token, else with
+    a lookup of its own (without `credential`, only after a wait)."""
+    if credential is not None and credential in read.checked:
+        usable = credential in read.usable
+    elif credential is not None or waited:
+        usable = not await in_thread(
+            service, service.registry.is_revoked, device.device_id
+        )
+    else:
+        return
+    if not usable:
+        raise UnauthenticatedError("this device token has been revoked")
+
+
+def _pull(
+    service: Service,
+    user_id: str,
+    position: int,
+    wal: int,
+    limit: int,
+    checked: frozenset[bytes] = frozenset(),
+) -> _Read:
     """The user's changes after `position`, from a database that has replayed
-    `wal` and every commit this process knows of (docs/scaling.md), rendered."""
+    `wal` and every commit this process knows of (docs/scaling.md), rendered;
+    then, after the read, which of the `checked` token digests still name a
+    device that is not revoked."""
 
     def changes(source: Source) -> ChangeBatch:
         try:
@@ -178,7 +241,8 @@ def _pull(service: Service, user_id: str, position: int, wal: int, limit: int) -
 
     batch, at = service.reads.read(wal, changes)
     rendered = _render(batch.changes)
-    return _Read(batch, at, rendered)
+    usable = frozenset(service.registry.usable_digests(checked)) if checked else None
+    return _Read(batch, at, rendered, checked, usable or frozenset())
 
 
 def _render(changes: Sequence[Change]) -> bytes:
@@ -193,6 +257,7 @@ async def _read_or_wait(
     wait: float,
     limit: int,
     receive: Receive,
+    credential: bytes | None,
 ) -> _Read:
     """The next batch of the user's changes, waiting up to `wait` s for one.
 
@@ -215,10 +280,7 @@ async def _read_or_wait(
             # process, so a read on a replica waits until it has replayed it.
             # The user's other long-polls share this read (notifier.SharedReads).
             read = await _shared_read(service, device, position, wal, limit, woken)
-            if waited and await run_in_threadpool(
-                service.registry.is_revoked, device.device_id
-            ):
-                raise UnauthenticatedError("this device token has been revoked")
+            await _check_device(service, device, read, credential, waited=waited)
             remaining = deadline - loop.time()
             batch = read.batch
             if batch.changes or not batch.caught_up or remaining <= 0 or gone.done():
@@ -252,8 +314,18 @@ async def _shared_read(
     flight if it started at or before this cursor and holds something newer,
     else from a read exact for this one (one it may wait after)."""
     shared = service.signals.shared_reads
+    # The read looks up the devices of every long-poll of the user waiting
+    # now, after reading: those that join it need no lookup of their own.
     start = functools.partial(
-        run_in_threadpool, _pull, service, device.user_id, position, wal, limit
+        in_thread,
+        service,
+        _pull,
+        service,
+        device.user_id,
+        position,
+        wal,
+        limit,
+        service.signals.credentials(device.user_id),
     )
     key = (device.user_id, limit)
     read, exact = await shared.read(

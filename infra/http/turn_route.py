@@ -17,10 +17,10 @@ application registered for its type, as Starlette's exception middleware
 would answer it. Every other request, malformed ones included, is passed on
 to FastAPI untouched, so refusals keep their exact answers.
 
-The ledger blocks its caller until the group commit has committed the turn,
-so the writes that arrive together are written in groups on the service's
-own write pool (`turn_queue.py`): one thread hop, one token lookup and one
-ledger call a group, not a request.
+The write is posted to the ledger's group committer from the event loop
+and awaited there (`turn_queue.py`): the writes that arrive together are
+written in one batch, with one token lookup and one hop to the event loop a
+batch, not a request.
 """
 
 from __future__ import annotations
@@ -109,11 +109,12 @@ async def record_turn(
 ) -> tuple[TurnReceiptOut, dict[str, str]]:
     """Write `turn` for the device holding `token`: the one implementation of
     the turn write, whichever way the request came in. The write joins the
-    group of writes that arrive meanwhile (`turn_queue.py`) and wakes its
+    batch of writes that arrive meanwhile (`turn_queue.py`) and wakes its
     user's long-polls. Returns the receipt and the response headers that
     carry the write's position back (read-your-writes on a replica)."""
     device, receipt, at = await service.turn_writes.write(
         token,
+        conversation_id,
         lambda device: turn_request(
             device,
             conversation_id,

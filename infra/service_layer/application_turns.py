@@ -1,23 +1,96 @@
 """The ledger's turn commands, as methods of `Conversations` (application.py):
 each checks its input, makes the write (turn_requests.py, turn_writes.py) and
-submits it to the group committer, which saves it with other callers' writes
-in shared transactions."""
+queues it in the group committer (group_commit.py), the one batching layer,
+which saves it with other callers' writes in shared transactions.
+
+A caller waits in one of the committer's two ways: on its own thread
+(`confirm_turn`, `record_turns` and the rest), or, for a caller that must
+not block (the HTTP service's event loop), by posting turns through
+`posted_turns` and being handed each batch's outcomes."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import cast
+from collections.abc import Callable, Sequence
+from typing import Generic, Protocol, TypeVar, cast
 from uuid import UUID
 
 from turnledger.domain.conversation import TurnStatus
 from turnledger.domain.errors import InvalidInputError
 from turnledger.domain.parts import TurnParts
 from turnledger.infra.service_layer.batch import Write
-from turnledger.infra.service_layer.group_commit import GroupCommitter
+from turnledger.infra.service_layer.group_commit import GroupCommitter, Pending
 from turnledger.infra.service_layer.results import TurnReceipt, TurnRequest
 from turnledger.infra.service_layer.turn_requests import TurnRequests
 from turnledger.infra.service_layer.turn_writes import TurnWrites, turn_parts
 from turnledger.projections.results import ProjectedWindow
+
+T = TypeVar("T")
+T_contra = TypeVar("T_contra", contravariant=True)
+
+
+class TurnDelivery(Protocol[T_contra]):
+    """A caller that posts turns (`Conversations.posted_turns`) instead of
+    waiting on a thread: its items become requests, and their outcomes come
+    back, a batch at a time, on the thread that leads the batch."""
+
+    def lend(self, lead: Callable[[], None]) -> None:
+        """Run `lead` on a thread of the caller's (RuntimeError: none left)."""
+
+    def requests(self, items: Sequence[T_contra]) -> list[TurnRequest | Exception]:
+        """The request each item asks for, or the error that refuses it."""
+
+    def deliver(
+        self, items: Sequence[T_contra], outcomes: Sequence[TurnReceipt | Exception]
+    ) -> None:
+        """Each item's receipt or error, in its place. Must not raise."""
+
+
+class PostedTurns(Generic[T]):
+    """Turns posted to the group committer for a `TurnDelivery`: the
+    committer's poster, making the delivery's requests into the ledger's
+    writes (each checked and sealed as `record_turns` does)."""
+
+    def __init__(
+        self,
+        committer: GroupCommitter[Write],
+        requests: TurnRequests,
+        delivery: TurnDelivery[T],
+    ) -> None:
+        self._committer = committer
+        self._requests = requests
+        self._delivery = delivery
+
+    def post(self, conversation_id: UUID, item: T) -> None:
+        """Queue `item`'s turn, of `conversation_id`, and return at once."""
+        self._committer.post(self, [(conversation_id, item)])
+
+    # The committer's Poster.
+
+    def lend(self, lead: Callable[[], None]) -> None:
+        self._delivery.lend(lead)
+
+    def prepare(self, pending: Sequence[Pending[Write]]) -> None:
+        made = self._delivery.requests([request.posted for request in pending])
+        for request, turn in zip(pending, made, strict=True):
+            try:
+                if isinstance(turn, Exception):
+                    raise turn
+                if turn.conversation_id != request.key:
+                    raise InvalidInputError(
+                        "conversation_id", "not the conversation the turn was posted to"
+                    )
+                request.work = self._requests.request(turn)
+            except Exception as error:  # this request's refusal alone
+                request.fail(error)
+
+    def deliver(self, pending: Sequence[Pending[Write]]) -> None:
+        outcomes: list[TurnReceipt | Exception] = []
+        for request in pending:
+            try:
+                outcomes.append(request.outcome())
+            except Exception as error:
+                outcomes.append(error)
+        self._delivery.deliver([request.posted for request in pending], outcomes)
 
 
 class TurnCommands:
@@ -94,6 +167,12 @@ class TurnCommands:
                 outcomes[place] = error
         assert all(outcome is not None for outcome in outcomes)
         return cast(list[TurnReceipt | Exception], outcomes)
+
+    def posted_turns(self, delivery: TurnDelivery[T]) -> PostedTurns[T]:
+        """Where a caller that must not block posts turns: each is written as
+        `record_turns` writes it, in shared transactions with every other
+        caller's writes, and `delivery` is handed the outcomes."""
+        return PostedTurns(self._committer, self._requests, delivery)
 
     def confirm_turns(
         self,

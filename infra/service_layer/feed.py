@@ -14,7 +14,7 @@ position is older than a deletion never receives the deleted words.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, cast
@@ -25,12 +25,16 @@ from eventsourcing.utils import get_topic
 
 from turnledger.domain.conversation import Conversation, TurnStatus
 from turnledger.domain.errors import InvalidInputError
-from turnledger.domain.parts import TurnParts, decode_parts
+from turnledger.domain.parts import TurnParts
 from turnledger.infra.service_layer.application import Conversations
-from turnledger.infra.vault import KeyVault
+from turnledger.infra.service_layer.feed_texts import (
+    OwnerTurnLog,
+    TurnState,
+    open_read_texts,
+    open_texts,
+)
 from turnledger.projections.dropped import KEY_DAMAGED
 from turnledger.projections.results import MAX_CHANGES_PER_READ
-from turnledger.projections.turn_texts import sealed_fields
 
 # Index rows read per query: a read of `limit` changes takes ceil(limit/100)
 # queries, each of at most this many events.
@@ -38,8 +42,6 @@ _FEED_PAGE = 100
 # A read stops adding changes once their stored events (sealed text included)
 # pass this many bytes, so a batch of large turns cannot exhaust memory.
 _MAX_STORED_BYTES_PER_READ = 8 * 1_048_576
-# The sealed fields of a turn event the feed serves (its system text is not).
-_TURN_TEXT_FIELDS = frozenset({"question", "answer", "parts"})
 
 
 class OwnerLog(Protocol):
@@ -174,8 +176,18 @@ class ConversationFeed:
             raise InvalidInputError(
                 "limit", f"must be an integer from 1 to {MAX_CHANGES_PER_READ}"
             )
-        mine, position, caught_up = self._own_notifications(owner_id, position, limit)
-        if not mine and position > self.head_position():
+        turns: dict[int, TurnState] | None = None
+        if hasattr(self._log, "select_owner_reads"):  # PostgreSQL
+            turns = {}
+            mine, position, caught_up, head = self._own_reads(
+                cast(OwnerTurnLog, self._log), owner_id, position, limit, turns
+            )
+        else:
+            mine, position, caught_up = self._own_notifications(
+                owner_id, position, limit
+            )
+            head = None
+        if not mine and position > (self.head_position() if head is None else head):
             # Only possible when the store went back in time (a restore from an
             # older backup): events after the head would be missed unseen.
             raise InvalidInputError(
@@ -184,7 +196,7 @@ class ConversationFeed:
                 "backup?); sync again from the beginning",
             )
         return ChangeBatch(
-            tuple(self._describe(mine, owner_id)),
+            tuple(self._describe(mine, owner_id, turns)),
             position,
             caught_up,
             tuple(notification.id for notification in mine),
@@ -238,18 +250,71 @@ class ConversationFeed:
             if len(mine) == limit:
                 return mine, position, False
 
+    def _own_reads(
+        self,
+        log: OwnerTurnLog,
+        owner_id: str,
+        position: int,
+        limit: int,
+        turns: dict[int, TurnState],
+    ) -> tuple[list[Notification], int, bool, int]:
+        """`_own_notifications` through `select_owner_reads`, adding each turn
+        event's state to `turns`; and the log's head as of the first page."""
+        mine: list[Notification] = []
+        mine_bytes = 0
+        head: int | None = None
+        while True:
+            wanted = min(limit - len(mine), _FEED_PAGE)
+            page, states, page_head = log.select_owner_reads(
+                owner_id, position, wanted + 1
+            )
+            head = page_head if head is None else head
+            turns.update(states)
+            for notification in page[:wanted]:
+                mine_bytes += len(notification.state)
+                if mine and mine_bytes > _MAX_STORED_BYTES_PER_READ:
+                    return mine, position, False, head
+                mine.append(notification)
+                position = notification.id
+            if len(page) <= wanted:
+                return mine, position, True, head
+            if len(mine) == limit:
+                return mine, position, False, head
+
     def _decode(self, notification: Notification) -> Any:
         """The domain event; typed loosely, as its class depends on the topic."""
         return self._ledger.mapper.to_domain_event(notification)
 
+    def _texts(
+        self,
+        notifications: Sequence[Notification],
+        events: list[Any],
+        owner_id: str,
+        turns: Mapping[int, TurnState] | None,
+        damaged: set[tuple[UUID, str]],
+    ) -> dict[tuple[UUID, str], TurnParts]:
+        """The turns' texts: from the keys and flags read with the events
+        when there are (and they match), else read now."""
+        if turns is not None:
+            read = list(zip(notifications, events, strict=True))
+            texts = open_read_texts(self._ledger, read, turns, owner_id, damaged)
+            if texts is not None:
+                return texts
+            damaged.clear()
+        return open_texts(self._ledger, events, owner_id, damaged)
+
     def _describe(
-        self, notifications: Sequence[Notification], owner_id: str
+        self,
+        notifications: Sequence[Notification],
+        owner_id: str,
+        turns: Mapping[int, TurnState] | None = None,
     ) -> Iterable[Change]:
         """The changes, texts opened for `owner_id` (bound seals open for it
-        alone, however the owner index was edited)."""
+        alone, however the owner index was edited); with `turns`, from the
+        keys and deletion flags read with the events."""
         events = [self._decode(n) for n in notifications]
         damaged: set[tuple[UUID, str]] = set()
-        texts = self._open_texts(events, owner_id, damaged)
+        texts = self._texts(notifications, events, owner_id, turns, damaged)
         for recorded in events:
             conversation_id = _as_uuid(recorded.originator_id)
             common: dict[str, Any] = {
@@ -292,88 +357,6 @@ class ConversationFeed:
                 )
             else:
                 yield OtherChange(**common, event_type=type(recorded).__name__)
-
-    def _open_texts(
-        self, events: Sequence[Any], owner_id: str, damaged: set[tuple[UUID, str]]
-    ) -> dict[tuple[UUID, str], TurnParts]:
-        """Decrypt the turns, then drop those of turns deleted by now; those
-        whose stored key is damaged are left out and added to `damaged`.
-
-        The order matters: deletion records its event before destroying keys,
-        so checking the current state *after* decrypting catches a deletion
-        that lands between the two steps. Each step is one statement for
-        every conversation of the read (keys, then turn rows).
-        """
-        by_conversation: dict[UUID, list[Any]] = {}
-        for recorded in events:
-            if isinstance(
-                recorded, Conversation.TurnConfirmed | Conversation.TurnAbandoned
-            ):
-                by_conversation.setdefault(_as_uuid(recorded.originator_id), []).append(
-                    recorded
-                )
-        if not by_conversation:
-            return {}
-        texts = self._open_owned(
-            {
-                # Texts sealed before owners were bound: only for the owner
-                # of the Started event, whatever the owner index says.
-                conversation_id: self._ledger.queries.owned_events(
-                    conversation_id, owner_id, recorded_turns
-                )
-                for conversation_id, recorded_turns in by_conversation.items()
-            },
-            owner_id,
-            damaged,
-        )
-        for deleted in self._ledger.read_side.deleted_turns(
-            {
-                conversation_id: {recorded.turn_id for recorded in recorded_turns}
-                for conversation_id, recorded_turns in by_conversation.items()
-            }
-        ):
-            texts.pop(deleted, None)
-            damaged.discard(deleted)
-        return texts
-
-    def _open_owned(
-        self,
-        turns: dict[UUID, list[Any]],
-        owner_id: str,
-        damaged: set[tuple[UUID, str]],
-    ) -> dict[tuple[UUID, str], TurnParts]:
-        """The turns whose texts open for `owner_id` (a turn whose key is gone
-        or damaged is left out), with one key read for all conversations."""
-        vault = self._ledger.vault
-        assert isinstance(vault, KeyVault)  # the only TextVault of the service
-        items = {
-            conversation_id: [
-                (recorded.turn_id, field, sealed)
-                for recorded in recorded_turns
-                for field, sealed in sealed_fields(recorded)
-                if field in _TURN_TEXT_FIELDS
-            ]
-            for conversation_id, recorded_turns in turns.items()
-        }
-        opened = vault.open_across(items, owner_id=owner_id, damaged=damaged)
-        texts: dict[tuple[UUID, str], TurnParts] = {}
-        for conversation_id, found in items.items():
-            fields: dict[str, dict[str, str | None]] = {}
-            for (turn_id, field, _), text in zip(
-                found, opened[conversation_id], strict=True
-            ):
-                fields.setdefault(turn_id, {})[field] = text
-            for turn_id, texts_of in fields.items():
-                question, answer = texts_of.get("question"), texts_of.get("answer")
-                parts = texts_of.get("parts")
-                if question is None or answer is None:
-                    continue
-                if "parts" in texts_of and parts is None:
-                    continue
-                texts[(conversation_id, turn_id)] = decode_parts(
-                    question=question, answer=answer, parts_text=parts
-                )
-        return texts
 
 
 def _as_uuid(value: UUID | str) -> UUID:

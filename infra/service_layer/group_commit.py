@@ -1,65 +1,122 @@
-"""Group commit: writes from many threads saved in shared transactions.
+"""Group commit, the one batching layer: writes of many callers saved in
+shared transactions.
 
-A caller queues its write and waits. Whoever finds a free commit slot becomes
-a leader: it takes the queued writes it may take (up to `max_batch`), commits
-them together, and hands each caller its own result or error; callers that
-arrived meanwhile form the next batch. So under load one transaction (one
-lock of the event table, one fsync) carries many turns, and writes of one
-conversation are applied in the order they were queued, never racing.
+Callers queue writes; a leader takes the queued writes it may take (up to
+`max_batch`), commits them together, and hands each write its own result or
+error; writes queued meanwhile form the next batch. So under load one
+transaction (one lock of the event table, one fsync) carries many turns,
+and writes of one conversation (one key) are applied in the order they were
+queued, never racing.
+
+Two ways to wait, one queue:
+
+- **A thread** (`submit`, `submit_many`: the Python API) sleeps on a lock of
+  its own and is woken once, when its writes are finished or when it is
+  appointed to lead the next batch: waking every waiter at the end of every
+  batch cost more than the batch's own work.
+- **A poster** (`post`: the HTTP service's event loop, which must never
+  block) queues writes and returns at once. It lends the committer a thread
+  of its own to lead when a batch must start and no thread caller is
+  waiting: a lone request is sent at once, and that thread takes the next
+  batch itself, as long as there is one, rather than wait to be handed it
+  (the hand-over was a fifth of each batch's cycle, docs/benchmarks.md,
+  issue 12). Whoever leads, a batch meets each poster twice: `prepare` makes
+  the poster's writes of the batch at once (one token lookup for all its
+  requests), and `deliver` hands their outcomes back at once (one hop to the
+  event loop a batch, not a request). A poster has at most one lent leader.
 
 With `max_in_flight` above one, a second leader prepares and sends the next
-batch while the first one waits for its commit: the database's wait and the
-process's own work overlap instead of taking turns. Batches in flight never
-share a key (a conversation): a write waits for the batch that holds its key,
-so each key's writes still commit one batch after the other, in queue order.
-
-Each waiting caller sleeps on a lock of its own and is woken once, when its
-writes are finished or when it is appointed to lead the next batch: waking
-every waiter at the end of every batch cost more than the batch's own work.
+batch while the first one waits for its commit. Batches in flight never
+share a key: a write waits for the batch that holds its key, so each key's
+writes still commit one batch after the other, in queue order. One batch at
+a time is the default and what the service uses: with two, a write arriving
+while a batch commits went alone, as a transaction of its own (8 HTTP
+devices: 1,220-1,350 turns/s with two against 1,530-1,680 with one).
 
 The batch function decides what a failure rejects; this module only moves
-requests and results between threads.
+writes and outcomes between threads.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Hashable, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 W = TypeVar("W")
 
-# How long a new leader may wait for the callers of the previous batch to
-# queue again (only after a batch of several callers: a lone caller never
-# waits, whatever it submitted). It stops waiting as soon as they are all back.
+_log = logging.getLogger(__name__)
+
+# How long a new leader may wait for the thread callers of the previous
+# batch to queue again. It stops waiting as soon as they are all back.
 _GATHER_SECONDS = 0.001
 
 
+class Poster(Protocol[W]):
+    """A caller that does not wait on a thread of its own (`post`)."""
+
+    def lend(self, lead: Callable[[], None]) -> None:
+        """Run `lead` on a thread of the poster's (RuntimeError: it has none
+        any more; its queued writes then fail with that error)."""
+
+    def prepare(self, requests: Sequence[Pending[W]]) -> None:
+        """On the leader's thread, once per batch: make each request's `work`
+        from its `posted` item, or fail it. What it raises fails them all."""
+
+    def deliver(self, requests: Sequence[Pending[W]]) -> None:
+        """On the leader's thread, once per batch: the poster's finished
+        requests. Must not raise."""
+
+
 class _Waiter:
-    """One caller: its unfinished writes, and the lock it sleeps on."""
+    """A thread caller (its unfinished writes, the lock it sleeps on), or a
+    poster's lent thread (`lent`: it has no writes, and leads while it may)."""
 
-    __slots__ = ("unfinished", "leading", "signalled", "wake")
+    __slots__ = ("unfinished", "leading", "signalled", "wake", "lent")
 
-    def __init__(self, unfinished: int) -> None:
+    def __init__(self, unfinished: int, lent: Poster[Any] | None = None) -> None:
         self.unfinished = unfinished
         self.leading = False
         self.signalled = False
+        self.lent = lent
         self.wake = threading.Lock()
         self.wake.acquire()
 
 
 class Pending(Generic[W]):
-    """One queued write: its work, then its result or error."""
+    """One queued write: its key, its work, then its result or error. A
+    posted write carries its poster's item (`posted`) until `prepare` makes
+    its work."""
 
-    __slots__ = ("work", "_result", "_error", "finished", "waiter")
+    __slots__ = (
+        "work",
+        "key",
+        "waiter",
+        "poster",
+        "posted",
+        "_result",
+        "_error",
+        "finished",
+    )
 
-    def __init__(self, work: W, waiter: _Waiter) -> None:
+    def __init__(
+        self,
+        work: W,
+        key: Hashable,
+        waiter: _Waiter | None,
+        poster: Poster[W] | None = None,
+        posted: Any = None,
+    ) -> None:
         self.work = work
+        self.key = key
+        self.waiter = waiter
+        self.poster = poster
+        self.posted = posted
         self._result: Any = None
         self._error: BaseException | None = None
         self.finished = False
-        self.waiter = waiter
 
     def succeed(self, result: Any) -> None:
         self._result, self.finished = result, True
@@ -71,6 +128,10 @@ class Pending(Generic[W]):
         if self._error is not None:
             raise self._error
         return self._result
+
+
+# Per poster, its requests to hand back (after a batch, or a refused lend).
+_Deliveries = dict[Any, list[Pending[Any]]]
 
 
 class GroupCommitter(Generic[W]):
@@ -85,7 +146,7 @@ class GroupCommitter(Generic[W]):
         """`commit_batch` must finish every request it is given (succeed or
         fail); anything it raises fails the requests it left unfinished. It is
         called by at most `max_in_flight` threads at once, never with the same
-        `key` in two calls at a time."""
+        key in two calls at a time."""
         if max_batch < 1 or max_in_flight < 1:
             raise ValueError("max_batch and max_in_flight must be at least 1")
         self._commit_batch = commit_batch
@@ -96,9 +157,10 @@ class GroupCommitter(Generic[W]):
         self._busy_keys: set[Hashable] = set()
         self._leaders = 0
         self._last_batch = 0
+        self._lending: set[Any] = set()  # posters with a lent leader
         self._mutex = threading.Lock()
         # A gathering leader sleeps on this until the queue holds as many
-        # callers as its last batch (`_gather_target`), or its time is up.
+        # thread callers as its last batch (`_gather_target`), or its time is up.
         self._gathered = threading.Condition(self._mutex)
         self._gather_target: int | None = None
 
@@ -107,9 +169,10 @@ class GroupCommitter(Generic[W]):
         return self.submit_many([work])[0].outcome()
 
     def submit_many(self, works: Sequence[W]) -> list[Pending[W]]:
-        """Queue `works` in order, wait until every one is finished."""
+        """Queue `works` in order, wait on this thread until every one is
+        finished."""
         waiter = _Waiter(len(works))
-        requests = [Pending(work, waiter) for work in works]
+        requests = [Pending(work, self._key(work), waiter) for work in works]
         if not requests:
             return requests
         with self._mutex:
@@ -133,32 +196,79 @@ class GroupCommitter(Generic[W]):
             with self._mutex:
                 waiter.signalled = False
 
-    # The rest runs with the mutex held, but for _lead's commit.
+    def post(self, poster: Poster[W], items: Sequence[tuple[Hashable, Any]]) -> None:
+        """Queue a write per (key, item) for `poster` and return at once; the
+        batch that takes them prepares them and delivers their outcomes
+        through `poster`. Callable from any thread, an event loop's too."""
+        requests = [
+            Pending(cast(W, None), key, None, poster, item) for key, item in items
+        ]
+        with self._mutex:
+            self._queue.extend(requests)
+            refused = self._appoint(None)
+        _deliver(refused)
+
+    # The rest runs with the mutex held, but for _lead's batch.
 
     def _queued_callers(self) -> int:
-        return len({pending.waiter for pending in self._queue})
+        return len({p.waiter for p in self._queue if p.waiter is not None})
 
     def _eligible(self) -> bool:
-        return any(self._key(p.work) not in self._busy_keys for p in self._queue)
+        return any(pending.key not in self._busy_keys for pending in self._queue)
 
-    def _appoint(self, preferred: _Waiter | None) -> None:
-        """Fill free commit slots with leaders while there is work they may take:
-        `preferred` first (it is awake already), then the callers queued first."""
+    def _appoint(self, preferred: _Waiter | None) -> _Deliveries:
+        """Fill free commit slots with leaders while there is work they may
+        take: `preferred` first (it is awake already), then, in queue order,
+        waiting thread callers and posters without a lent leader. Returns
+        the requests of posters that could not lend a thread, failed."""
+        refused: _Deliveries = {}
         while self._leaders < self._max_in_flight and self._eligible():
-            candidate = None
-            if preferred is not None and preferred.unfinished and not preferred.leading:
-                candidate = preferred
-            else:
-                for pending in self._queue:
-                    if not pending.waiter.leading:
-                        candidate = pending.waiter
-                        break
+            if (
+                preferred is not None
+                and not preferred.leading
+                and (preferred.unfinished or preferred.lent is not None)
+            ):
+                preferred.leading = True
+                self._leaders += 1
+                continue
+            candidate = self._next_leader()
             if candidate is None:
-                return
-            candidate.leading = True
-            self._leaders += 1
-            if candidate is not preferred:
+                return refused
+            if isinstance(candidate, _Waiter):
+                candidate.leading = True
+                self._leaders += 1
                 self._signal(candidate)
+            else:
+                self._lend(candidate, refused)
+        return refused
+
+    def _next_leader(self) -> _Waiter | Poster[W] | None:
+        """The first queued thread caller not leading, or poster not lending."""
+        for pending in self._queue:
+            waiter = pending.waiter
+            if waiter is not None:
+                if not waiter.leading:
+                    return waiter
+            elif pending.poster not in self._lending:
+                return pending.poster
+        return None
+
+    def _lend(self, poster: Poster[W], refused: _Deliveries) -> None:
+        lent = _Waiter(0, lent=poster)
+        lent.leading = True
+        self._leaders += 1
+        self._lending.add(poster)
+        try:
+            poster.lend(lambda: self._lead_lent(lent))
+        except RuntimeError as error:  # the poster's threads are gone: stopping
+            lent.leading = False
+            self._leaders -= 1
+            self._lending.discard(poster)
+            mine = [p for p in self._queue if p.poster is poster]
+            self._queue = [p for p in self._queue if p.poster is not poster]
+            for pending in mine:
+                pending.fail(error)
+            refused.setdefault(poster, []).extend(mine)
 
     def _signal(self, waiter: _Waiter) -> None:
         if not waiter.signalled:
@@ -166,15 +276,17 @@ class GroupCommitter(Generic[W]):
             waiter.wake.release()
 
     def _gather(self) -> None:
-        """Wait, briefly, for the callers of the last batch to queue again.
+        """Wait, briefly, for the thread callers of the last batch to queue again.
 
         They come back with their next write as soon as they are woken: a
         moment's wait lets one transaction carry them all, instead of a batch
-        of one followed by the rest. The wait ends when they are all queued
-        (the last one to arrive wakes the leader) or after _GATHER_SECONDS.
-        Callers, not writes: one caller that submitted several writes at once
-        (a group of requests gathered elsewhere) brings no more until its
-        call returns, so waiting for more of its writes would only add delay.
+        of one followed by the rest (8 threads: batches of 7.3 turns instead
+        of 6.5). The wait ends when they are all queued (the last one to
+        arrive wakes the leader) or after _GATHER_SECONDS. It counts callers
+        that a leader woke: a thread that submitted several writes at once
+        comes back with one call, and a poster's requests come back over the
+        network after their answers, not when woken (waiting for them turned
+        1/7 splits into 4/4 batches for no gain, docs/benchmarks.md, issue 12).
         """
         target = self._last_batch
         if self._queued_callers() >= target:
@@ -195,7 +307,7 @@ class GroupCommitter(Generic[W]):
         left: list[Pending[W]] = []
         skipped: set[Hashable] = set()
         for pending in self._queue:
-            key = self._key(pending.work)
+            key = pending.key
             if (
                 len(batch) < self._max_batch
                 and key not in self._busy_keys
@@ -206,32 +318,79 @@ class GroupCommitter(Generic[W]):
                 skipped.add(key)
                 left.append(pending)
         self._queue = left
-        self._busy_keys.update(self._key(p.work) for p in batch)
+        self._busy_keys.update(pending.key for pending in batch)
         return batch
+
+    def _lead_lent(self, lent: _Waiter) -> None:
+        """A poster's thread: lead batches while appointed again."""
+        while True:
+            self._lead(lent)
+            with self._mutex:
+                if not lent.leading:
+                    return
 
     def _lead(self, waiter: _Waiter) -> None:
         """Run one batch as its leader (called without the mutex)."""
         with self._mutex:
             self._gather()
             batch = self._take_batch()
-            self._last_batch = len({pending.waiter for pending in batch})
+            self._last_batch = len({p.waiter for p in batch if p.waiter is not None})
         try:
-            if batch:
-                self._commit_batch(batch)
+            ready = _prepared(batch)
+            if ready:
+                self._commit_batch(ready)
         except BaseException as error:
             for pending in batch:
                 if not pending.finished:
                     pending.fail(error)
         finally:
             with self._mutex:
-                for pending in batch:
-                    if not pending.finished:
-                        pending.fail(RuntimeError("write left unfinished"))
-                    self._busy_keys.discard(self._key(pending.work))
-                    done = pending.waiter
-                    done.unfinished -= 1
-                    if done.unfinished == 0 and done is not waiter:
-                        self._signal(done)
+                delivered = self._finish(batch, waiter)
                 waiter.leading = False
                 self._leaders -= 1
-                self._appoint(waiter)
+                refused = self._appoint(waiter)
+                if waiter.lent is not None and not waiter.leading:
+                    self._lending.discard(waiter.lent)
+            _deliver(delivered)
+            _deliver(refused)
+
+    def _finish(self, batch: Sequence[Pending[W]], leader: _Waiter) -> _Deliveries:
+        """Free the batch's keys, wake its thread callers whose writes are all
+        finished (but the leader); return the posters' requests to deliver."""
+        delivered: _Deliveries = {}
+        for pending in batch:
+            if not pending.finished:
+                pending.fail(RuntimeError("write left unfinished"))
+            self._busy_keys.discard(pending.key)
+            done = pending.waiter
+            if done is None:
+                delivered.setdefault(pending.poster, []).append(pending)
+                continue
+            done.unfinished -= 1
+            if done.unfinished == 0 and done is not leader:
+                self._signal(done)
+        return delivered
+
+
+def _prepared(batch: Sequence[Pending[W]]) -> list[Pending[W]]:
+    """The batch once each poster has made its writes: those not refused."""
+    posted: _Deliveries = {}
+    for pending in batch:
+        if pending.waiter is None:
+            posted.setdefault(pending.poster, []).append(pending)
+    for poster, requests in posted.items():
+        try:
+            poster.prepare(requests)
+        except Exception as error:  # the poster's whole group: e.g. no database
+            for pending in requests:
+                if not pending.finished:
+                    pending.fail(error)
+    return [pending for pending in batch if not pending.finished]
+
+
+def _deliver(deliveries: _Deliveries) -> None:
+    for poster, requests in deliveries.items():
+        try:
+            poster.deliver(requests)
+        except Exception:  # never the leader's own caller's error
+            _log.exception("a poster failed to take its outcomes")

@@ -1,10 +1,12 @@
-"""The group committer: shared transactions, per-key order, bounded overlap."""
+"""The group committer, the one batching layer: shared transactions, per-key
+order, bounded overlap; callers that wait on a thread and callers that post."""
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from hypothesis import given, settings
@@ -254,3 +256,194 @@ def test_the_leader_waits_for_the_last_batch_s_callers_and_no_longer(
     assert time.monotonic() - began < 20
     assert recorder.batches == [2] * 10
     assert not recorder.violations
+
+
+# A poster: a caller that does not wait on a thread (the HTTP service's event
+# loop). Its items are writes once `prepare` has made them.
+
+
+class LoopPoster:
+    """Lends one thread of its own; records each delivery (one per batch)."""
+
+    def __init__(self, *, refuse: frozenset[str] = frozenset()) -> None:
+        self.refuse = refuse
+        self.pool = ThreadPoolExecutor(1)
+        self.lock = threading.Lock()
+        self.deliveries: list[list[tuple[Write, object]]] = []
+        self.prepared: list[int] = []
+        self.delivered = threading.Condition(self.lock)
+        self.lent_threads: set[str] = set()
+
+    def lend(self, lead: Callable[[], None]) -> None:
+        def run() -> None:
+            self.lent_threads.add(threading.current_thread().name)
+            lead()
+
+        self.pool.submit(run)
+
+    def prepare(self, requests: Sequence[Pending[Write]]) -> None:
+        self.prepared.append(len(requests))
+        for pending in requests:
+            if pending.posted[0] in self.refuse:
+                pending.fail(LookupError(pending.posted[0]))
+            else:
+                pending.work = pending.posted
+
+    def deliver(self, requests: Sequence[Pending[Write]]) -> None:
+        outcomes: list[tuple[Write, object]] = []
+        for pending in requests:
+            try:
+                outcomes.append((pending.posted, pending.outcome()))
+            except Exception as error:
+                outcomes.append((pending.posted, error))
+        with self.lock:
+            self.deliveries.append(outcomes)
+            self.delivered.notify_all()
+
+    def outcomes(self) -> list[tuple[Write, object]]:
+        return [outcome for batch in self.deliveries for outcome in batch]
+
+    def wait_for(self, count: int) -> list[tuple[Write, object]]:
+        with self.lock:
+            assert self.delivered.wait_for(
+                lambda: len(self.outcomes()) >= count, timeout=30
+            ), "a posted write was never delivered"
+        return self.outcomes()
+
+
+def post_all(
+    committer: GroupCommitter[Write], poster: LoopPoster, works: Sequence[Write]
+) -> None:
+    committer.post(poster, [(work[0], work) for work in works])
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    plans=st.lists(
+        st.lists(st.sampled_from("abcde"), min_size=1, max_size=10),
+        min_size=1,
+        max_size=4,
+    ),
+    posted=st.lists(st.sampled_from("abcde"), min_size=1, max_size=20),
+    in_flight=st.integers(min_value=1, max_value=3),
+)
+def test_posted_and_waited_writes_share_one_queue_and_keep_each_key_s_order(
+    plans: list[list[str]], posted: list[str], in_flight: int
+) -> None:
+    """Threads waiting on their locks and a poster posting one write at a time
+    (as an event loop does) go through the same queue: each key's writes
+    commit in the order they were queued, never in two batches at once, and
+    every posted write is delivered exactly once with its own result."""
+    recorder = Recorder(delay=0.001)
+    committer = committer_for(recorder, in_flight=in_flight)
+    poster = LoopPoster()
+    mine = numbered(len(plans), posted)  # the poster is writer len(plans)
+
+    def loop() -> None:
+        for work in mine:
+            post_all(committer, poster, [work])
+            time.sleep(0.0005)
+
+    looping = threading.Thread(target=loop)
+    looping.start()
+    outcomes = run_writers(committer, plans)
+    looping.join()
+    delivered = poster.wait_for(len(mine))
+    assert recorder.violations == []
+    assert recorder.most_in_flight <= in_flight
+    assert sorted(work for work, _ in delivered) == sorted(mine)
+    assert all(result == work[2] for work, result in delivered)
+    for index, results in enumerate(outcomes):
+        assert results == [n for _, _, n in numbered(index, plans[index])]
+    for key, writes in recorder.committed.items():
+        for writer in {w for w, _ in writes}:
+            numbers = [n for w, n in writes if w == writer]
+            assert numbers == sorted(numbers), (key, writer)
+
+
+def test_a_lone_posted_write_is_led_at_once_by_the_poster_s_thread() -> None:
+    recorder = Recorder()
+    committer = committer_for(recorder, in_flight=1)
+    poster = LoopPoster()
+    post_all(committer, poster, [("a", 0, 0)])
+    assert poster.wait_for(1) == [(("a", 0, 0), 0)]
+    assert len(poster.lent_threads) == 1
+
+
+def test_posted_writes_arriving_meanwhile_form_the_next_batch_delivered_once() -> None:
+    """One lent leader at a time: what is posted while a batch commits waits
+    for it, then goes as one batch, prepared and delivered in one call each."""
+    recorder = Recorder(delay=0.3)
+    committer = committer_for(recorder, in_flight=1)
+    poster = LoopPoster()
+    post_all(committer, poster, [("first", 0, 0)])
+    time.sleep(0.1)
+    for number in range(5):
+        post_all(committer, poster, [(f"k{number}", 0, 0)])
+    poster.wait_for(6)
+    assert recorder.batches == [1, 5]
+    assert poster.prepared == [1, 5]
+    assert [len(batch) for batch in poster.deliveries] == [1, 5]
+
+
+def test_a_refused_posted_write_fails_alone_and_a_failed_prepare_its_poster_s() -> None:
+    recorder = Recorder(delay=0.2)
+    committer = committer_for(recorder, in_flight=1)
+    poster = LoopPoster(refuse=frozenset({"bad"}))
+    post_all(committer, poster, [("bad", 0, 0), ("a", 0, 0)])
+    delivered = dict(poster.wait_for(2))
+    assert isinstance(delivered[("bad", 0, 0)], LookupError)
+    assert delivered[("a", 0, 0)] == 0
+
+    # A prepare that raises (the token lookup's database is gone) fails the
+    # poster's requests of that batch, not a thread caller's in it.
+    broken = LoopPoster()
+
+    def no_database(requests: Sequence[Pending[Write]]) -> None:
+        raise ConnectionError("database gone")
+
+    broken.prepare = no_database  # type: ignore[method-assign]
+    slow = threading.Thread(target=committer.submit, args=(("slow", 0, 0),))
+    slow.start()
+    time.sleep(0.05)  # both queue behind the slow batch: one batch together
+    post_all(committer, broken, [("p", 0, 0)])
+    assert committer.submit(("t", 1, 0)) == 0
+    slow.join()
+    [(_, error)] = broken.wait_for(1)
+    assert isinstance(error, ConnectionError)
+    assert recorder.committed["t"] == [(1, 0)] and "p" not in recorder.committed
+
+
+def test_a_poster_without_threads_gets_its_writes_back_failed() -> None:
+    """At shutdown the service's write pool is gone: what it posts fails at
+    once with the pool's error, and the committer stays usable."""
+    recorder = Recorder()
+    committer = committer_for(recorder, in_flight=1)
+    poster = LoopPoster()
+    poster.pool.shutdown()
+    post_all(committer, poster, [("a", 0, 0), ("b", 0, 0)])
+    assert [type(error) for _, error in poster.outcomes()] == [RuntimeError] * 2
+    assert recorder.committed == {}
+    assert committer.submit(("c", 0, 0)) == 0
+
+
+def test_the_leader_never_waits_for_posted_writes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A poster's requests come back over the network, not when a leader wakes
+    them: a batch of many posted writes leaves no gathering wait behind it."""
+    import turnledger.infra.service_layer.group_commit as group_commit
+
+    monkeypatch.setattr(group_commit, "_GATHER_SECONDS", 30.0)
+    recorder = Recorder(delay=0.05)
+    committer = committer_for(recorder, in_flight=1)
+    poster = LoopPoster()
+    began = time.monotonic()
+    post_all(committer, poster, [("first", 0, 0)])
+    time.sleep(0.01)
+    post_all(committer, poster, [(f"k{n}", 0, 0) for n in range(8)])
+    poster.wait_for(9)
+    for round_ in range(1, 6):
+        post_all(committer, poster, [(f"k{round_}", 0, round_)])
+        poster.wait_for(9 + round_)
+    assert time.monotonic() - began < 10
