@@ -50,16 +50,7 @@ class PostgresReadQueries(SchemaTables):
             params.append(list(topics))
         params.append(limit)
         rows = self._select(self._select_owner_events[bool(topics)], params)
-        return [
-            Notification(
-                id=row["notification_id"],
-                originator_id=row["originator_id"],
-                originator_version=row["originator_version"],
-                topic=row["topic"],
-                state=bytes(row["state"]),
-            )
-            for row in rows
-        ]
+        return [_notification(row) for row in rows]
 
     def select_owner_reads(
         self, owner_id: str, after: int, limit: int
@@ -75,15 +66,7 @@ class PostgresReadQueries(SchemaTables):
         for row in rows:
             if row["notification_id"] is None:
                 continue  # the head's row alone: nothing after `after`
-            notifications.append(
-                Notification(
-                    id=row["notification_id"],
-                    originator_id=row["originator_id"],
-                    originator_version=row["originator_version"],
-                    topic=row["topic"],
-                    state=bytes(row["state"]),
-                )
-            )
+            notifications.append(_notification(row))
             if row["turn_id"] is not None:
                 wrapped = row["wrapped_key"]
                 turns[row["notification_id"]] = (
@@ -334,3 +317,14 @@ class PostgresReadQueries(SchemaTables):
             [turn_row(r) for r in every(TURN_COLUMNS, "conversation_turns")],
             [fold_row(r) for r in every(FOLD_COLUMNS, "conversation_folds")],
         )
+
+
+def _notification(row: Any) -> Notification:
+    """A log row of the owner-index reads as the library's notification."""
+    return Notification(
+        id=row["notification_id"],
+        originator_id=row["originator_id"],
+        originator_version=row["originator_version"],
+        topic=row["topic"],
+        state=bytes(row["state"]),
+    )
