@@ -40,9 +40,7 @@ store = attacks.store
 def test_a_signing_key_alone_turns_periodic_checkpoints_on(tmp_path: Path) -> None:
     plain = Settings(_env_file=None, persistence="sqlite", data_dir=tmp_path)
     assert plain.checkpoint_dir_in_effect is None
-    keyed = plain.model_copy(
-        update={"audit_signing_key": SecretStr(new_signing_key())}
-    )
+    keyed = plain.model_copy(update={"audit_signing_key": SecretStr(new_signing_key())})
     assert keyed.checkpoint_dir_in_effect == tmp_path / "checkpoints"
     chosen = keyed.model_copy(update={"audit_checkpoint_dir": tmp_path / "worm"})
     assert chosen.checkpoint_dir_in_effect == tmp_path / "worm"

@@ -137,9 +137,7 @@ def test_a_damaged_key_loses_only_its_turn_and_the_audit_locates_it(
     # A strict read of that turn is a typed error naming it.
     rows = ledger.read_side.turns_by_id(conversation_id, ["t3"])
     with pytest.raises(TurnKeyDamagedError) as raised:
-        ledger.queries.read_texts(
-            conversation_id, list(rows.values()), owner_id=OWNER
-        )
+        ledger.queries.read_texts(conversation_id, list(rows.values()), owner_id=OWNER)
     assert raised.value.conversation_id == conversation_id
     assert raised.value.turn_ids == ("t3",)
 

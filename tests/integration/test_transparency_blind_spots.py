@@ -41,9 +41,7 @@ def cache_sql(settings: Settings, statement: str, params: tuple[Any, ...] = ()) 
             ).fetchall()
         connection.close()
         return rows
-    tables = {
-        n: sql.Identifier(settings.postgres_schema, t) for n, t in names.items()
-    }
+    tables = {n: sql.Identifier(settings.postgres_schema, t) for n, t in names.items()}
     with psycopg.connect(settings.postgres_conninfo(), autocommit=True) as connection:
         cursor = connection.execute(sql.SQL(statement).format(**tables), params)
         return cursor.fetchall() if cursor.description else []
