@@ -1,5 +1,6 @@
-"""Where devices are kept: memory, an SQLite file of their own, or a table in
-the PostgreSQL schema. The registry (infra/devices.py) is the same for all."""
+"""Where devices are kept: an SQLite file of their own (the memory store: an
+SQLite database in memory), or a table in the PostgreSQL schema. The registry
+(infra/devices.py) is the same for both."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import sqlite3
 import threading
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -33,57 +33,7 @@ from turnledger.infra.pool_check import RECONNECT_TIMEOUT_SECONDS, check_unless_
 from turnledger.infra.pool_queries import execute, fetch_all, fetch_one
 from turnledger.infra.postgres import DEVICE_TABLE, ensure_schema
 from turnledger.infra.settings import Settings
-
-
-class MemoryDeviceStore:
-    def __init__(self) -> None:
-        self._rows: dict[str, tuple[Device, bytes]] = {}
-        self._lock = threading.Lock()
-
-    def insert(self, device: Device, token_digest: bytes) -> None:
-        with self._lock:
-            self._rows[device.device_id] = (device, token_digest)
-
-    def find_by_digests(
-        self, token_digests: Collection[bytes]
-    ) -> dict[bytes, tuple[Device, bytes]]:
-        with self._lock:
-            return {
-                digest: (device, digest)
-                for device, digest in self._rows.values()
-                if digest in token_digests
-            }
-
-    def get(self, device_id: str) -> Device | None:
-        with self._lock:
-            row = self._rows.get(device_id)
-        return row[0] if row else None
-
-    def list(self, user_id: str | None) -> list[Device]:
-        with self._lock:
-            return [
-                device
-                for device, _ in self._rows.values()
-                if user_id is None or device.user_id == user_id
-            ]
-
-    def mark_revoked(self, device_id: str, at: datetime) -> None:
-        with self._lock:
-            device, digest = self._rows[device_id]
-            if not device.revoked:
-                self._rows[device_id] = (replace(device, revoked_at=at), digest)
-
-    def revoked_since(self, at: datetime) -> Sequence[Device]:
-        with self._lock:
-            return [
-                device
-                for device, _ in self._rows.values()
-                if device.revoked_at is not None and device.revoked_at >= at
-            ]
-
-    def close(self) -> None:
-        pass
-
+from turnledger.infra.sqlite_keys import MEMORY
 
 _COLUMNS = "device_id, user_id, name, created_at, revoked_at, added_by"
 
@@ -107,7 +57,8 @@ def _as_datetime(value: object) -> datetime:
 
 
 class SQLiteDeviceStore:
-    """Devices in their own SQLite file, beside the event log's file."""
+    """Devices in their own SQLite file, beside the event log's file (or, for
+    the memory store, `MEMORY`: a database as long-lived as this object)."""
 
     def __init__(self, path: Path | str) -> None:
         self._connection = sqlite3.connect(
@@ -355,7 +306,7 @@ def open_device_store(settings: Settings) -> DeviceStore:
     """The device store for these settings, its table created if needed."""
     match settings.persistence:
         case "memory":
-            return MemoryDeviceStore()
+            return SQLiteDeviceStore(MEMORY)
         case "sqlite":
             settings.data_dir.mkdir(parents=True, exist_ok=True)
             return SQLiteDeviceStore(settings.data_dir / "devices.sqlite3")

@@ -5,7 +5,8 @@ and stored only as its SHA-256 digest. Such a token has too much entropy to be
 guessed, so a fast digest is enough (no password hashing); lookups go by the
 digest and the final comparison is constant-time. Devices are not conversation
 events: they live in a small table beside the ledger (an SQLite file of their
-own, a table in the PostgreSQL schema, or memory).
+own, an SQLite database in memory for the memory store, or a table in the
+PostgreSQL schema).
 """
 
 from __future__ import annotations

@@ -27,13 +27,11 @@ library's own behaviour, side by side.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import psycopg
 from eventsourcing.persistence import StoredEvent
-from eventsourcing.popo import POPOApplicationRecorder
 from eventsourcing.postgres import (
     ConnectionPool as LibraryConnectionPool,
 )
@@ -146,33 +144,6 @@ class SQLiteRecorderWithRows(SQLiteApplicationRecorder):
         ids = super()._insert_events(c, stored_events, **kwargs)
         self.write_rows(c, ids or (), stored_events, **kwargs)
         return ids
-
-
-class MemoryRecorderWithRows(POPOApplicationRecorder):
-    """The library's in-memory recorder; `check_rows` and `apply_rows` run
-    under its own lock, in the same step as the events."""
-
-    def check_rows(self, **kwargs: Any) -> None:
-        """Raise IntegrityError to refuse the save before anything is stored."""
-
-    def apply_rows(
-        self, ids: Sequence[int], stored_events: Sequence[StoredEvent], **kwargs: Any
-    ) -> None:
-        """Keep what goes with the events just stored (at positions `ids`)."""
-
-    @property
-    def lock(self) -> threading.RLock:
-        """The lock the library holds while it stores events."""
-        return self._database_lock
-
-    def _insert_events(
-        self, stored_events: Sequence[StoredEvent], **kwargs: Any
-    ) -> Sequence[int] | None:
-        with self._database_lock:
-            self.check_rows(**kwargs)
-            ids = super()._insert_events(stored_events, **kwargs)
-            self.apply_rows(ids or (), stored_events, **kwargs)
-            return ids
 
 
 def _as_bytes(statement: Any) -> bytes:

@@ -85,7 +85,9 @@ _QUERIES = TreeQueries(
 class SQLiteLeafStore(SQLTreeReads):
     queries = _QUERIES
 
-    def __init__(self, path: Path, *, create: bool = True) -> None:
+    def __init__(self, path: Path | str, *, create: bool = True) -> None:
+        """`path` `MEMORY` (infra/sqlite_keys.py): the memory store's tree, in
+        a database that lives as long as this object."""
         self._connection: sqlite3.Connection = sqlite3.connect(
             str(path) if create else f"file:{path}?mode=ro",
             uri=not create,

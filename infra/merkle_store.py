@@ -3,8 +3,9 @@
 The follower (`merkle_follow.py`) appends each row's leaf to the tree, one
 transaction per page; the tree is kept by a leaf store (`merkle_ports.py`):
 SQLite keeps it in its own file (`merkle_sqlite.py`), PostgreSQL in the
-store's schema (`merkle_postgres.py`), the in-memory store in the process
-(below). `open_leaf_store` opens the one the settings name.
+store's schema (`merkle_postgres.py`), the memory store in an SQLite
+database in memory beside its ledger (`merkle_sqlite.py` too).
+`open_leaf_store` opens the one the settings name.
 
 These tables live where the DBA can reach them: they are a cache that makes
 proofs and checkpoints cheap, never evidence. The audit recomputes every leaf
@@ -14,12 +15,8 @@ outside the database (infra/checkpoint.py).
 
 from __future__ import annotations
 
-import threading
 import weakref
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 
-from turnledger.domain.merkle import Coordinate, Node
 from turnledger.infra.merkle_follow import (
     FOLLOW_PAGE,
     Followed,
@@ -29,15 +26,14 @@ from turnledger.infra.merkle_follow import (
 )
 from turnledger.infra.merkle_ports import (
     CountedLog,
-    LeafRow,
     LeafStore,
     TreeWriter,
-    checked_nodes,
 )
 from turnledger.infra.merkle_postgres import PostgresLeafStore
 from turnledger.infra.merkle_sqlite import SQLiteLeafStore
 from turnledger.infra.service_layer.application import Conversations
 from turnledger.infra.settings import Settings
+from turnledger.infra.sqlite_keys import MEMORY
 
 __all__ = [
     "FOLLOW_PAGE",
@@ -45,7 +41,6 @@ __all__ = [
     "Followed",
     "LeafStore",
     "LogInconsistentError",
-    "MemoryLeafStore",
     "PostgresLeafStore",
     "SQLiteLeafStore",
     "TreeWriter",
@@ -55,58 +50,9 @@ __all__ = [
 ]
 
 
-class MemoryLeafStore:
-    """The in-memory store's tree: lives as long as its ledger."""
-
-    def __init__(self) -> None:
-        self._nodes: dict[Coordinate, bytes] = {}
-        self._leaves: list[tuple[int, bytes]] = []
-        self._positions: dict[int, int] = {}
-        self._last_id: int | None = None
-        self._lock = threading.Lock()
-
-    @contextmanager
-    def writing(self) -> Iterator[MemoryLeafStore]:
-        with self._lock:
-            yield self
-
-    def tracking(self) -> tuple[int, int | None]:
-        return len(self._leaves), self._last_id
-
-    def append(self, nodes: Sequence[Node], leaves: Sequence[LeafRow]) -> None:
-        for node in nodes:
-            self._nodes[(node.level, node.offset)] = node.hash
-        for position, notification_id, data, leaf in leaves:
-            self._leaves.append((notification_id, data))
-            self._nodes[(0, position)] = leaf
-            self._positions[notification_id] = position
-
-    def track(self, size: int, last_id: int) -> None:
-        # The size is the number of leaves appended, kept by `append`.
-        self._last_id = last_id
-
-    def size(self) -> int:
-        return len(self._leaves)
-
-    def read_nodes(self, coordinates: Sequence[Coordinate]) -> list[bytes]:
-        return checked_nodes(coordinates, self._nodes)
-
-    def leaf_inputs(self, start: int, end: int) -> list[bytes]:
-        return [data for _, data in self._leaves[start:end]]
-
-    def position_of(self, notification_id: int) -> int | None:
-        return self._positions.get(notification_id)
-
-    def level_nodes(self, level: int) -> list[tuple[int, bytes]]:
-        return sorted(
-            (index, value) for (at, index), value in self._nodes.items() if at == level
-        )
-
-    def close(self) -> None:
-        pass
-
-
-_MEMORY_TREES: weakref.WeakKeyDictionary[Conversations, MemoryLeafStore] = (
+# The memory store's trees: each an SQLite database in memory, kept by one
+# connection for as long as its ledger lives (callers do not close it).
+_MEMORY_TREES: weakref.WeakKeyDictionary[Conversations, SQLiteLeafStore] = (
     weakref.WeakKeyDictionary()
 )
 
@@ -130,4 +76,7 @@ def open_leaf_store(
         case "memory":
             if ledger is None:
                 raise ValueError("the in-memory store's tree lives beside its ledger")
-            return _MEMORY_TREES.setdefault(ledger, MemoryLeafStore())
+            tree = _MEMORY_TREES.get(ledger)
+            if tree is None:  # a racing opener's store is kept if it came first
+                tree = _MEMORY_TREES.setdefault(ledger, SQLiteLeafStore(MEMORY))
+            return tree

@@ -14,9 +14,9 @@ side's are, so a reader never sees an event without its row:
   at most `RUN_POSITIONS` long. A statement writing one user's turns in a
   group indexes them in one row; one writing a single event of each of
   several users, one row each, as the index's first version did.
-- SQLite: the recorder inserts one row (owner, position) per event, after the
-  events and the head rows.
-- Memory: the recorder appends the positions under its lock.
+- SQLite (a file, or the memory store's database in memory): the recorder
+  inserts one row (owner, position) per event, after the events and the head
+  rows.
 
 A store written before the index existed gets it built from the log once, at
 start-up, under the events table's write lock (see docs/sync.md); on

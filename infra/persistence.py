@@ -5,19 +5,21 @@ from __future__ import annotations
 import fcntl
 import logging
 import sqlite3
+import uuid
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
 
 import psycopg
 
 from turnledger.domain.errors import InvalidInputError
-from turnledger.infra.keystore import KeyStore, MemoryKeyStore
+from turnledger.infra.keystore import KeyStore
 from turnledger.infra.postgres import PostgresKeyStore, ensure_schema
 from turnledger.infra.read_side import upgrade_if_needed
 from turnledger.infra.restore import check_read_only, check_restore, deletion_record
 from turnledger.infra.service_layer.application import Conversations
 from turnledger.infra.settings import Settings
 from turnledger.infra.sqlite import SQLiteKeyStore
+from turnledger.infra.sqlite_keys import MEMORY
 from turnledger.infra.vault import (
     KeyVault,
     MasterKeyError,
@@ -41,9 +43,12 @@ def eventsourcing_env(settings: Settings) -> dict[str, str]:
     }
     # Each store is the library's, with a recorder that writes the read side in
     # the events' transaction (the library's documented recorder extension).
+    # The memory store is the SQLite store on an in-memory database of its own.
     match settings.persistence:
         case "memory":
-            env["PERSISTENCE_MODULE"] = "turnledger.infra.memory:MemoryFactory"
+            env["PERSISTENCE_MODULE"] = "turnledger.infra.sqlite:SQLiteReadSideFactory"
+            env["SQLITE_DBNAME"] = memory_database_uri()
+            env["SQLITE_LOCK_TIMEOUT"] = "30"
         case "sqlite":
             env["PERSISTENCE_MODULE"] = "turnledger.infra.sqlite:SQLiteReadSideFactory"
             env["SQLITE_DBNAME"] = str(settings.sqlite_events_path)
@@ -74,6 +79,18 @@ def eventsourcing_env(settings: Settings) -> dict[str, str]:
     return env
 
 
+def memory_database_uri() -> str:
+    """A new in-memory SQLite database's name, private to the ledger given it.
+
+    The library's pool opens several connections to it: shared cache makes them
+    one database (its pool lets no reader in while a writer works, which
+    shared cache needs), and the name's random part keeps two ledgers of one
+    process apart. The database lives while a connection to it is open: the
+    factory holds one (infra/sqlite.py).
+    """
+    return f"file:turnledger-{uuid.uuid4().hex}?mode=memory&cache=shared"
+
+
 def master_key(settings: Settings, *, create: bool = True) -> bytes:
     if settings.master_key is not None:
         return decode_master_key(settings.master_key.get_secret_value())
@@ -101,7 +118,8 @@ def master_key(settings: Settings, *, create: bool = True) -> bytes:
 def key_store(settings: Settings, *, read_only: bool = False) -> KeyStore:
     match settings.persistence:
         case "memory":
-            return MemoryKeyStore()
+            # A database of the store's own connection: gone when it closes.
+            return SQLiteKeyStore(MEMORY)
         case "sqlite":
             return SQLiteKeyStore(
                 settings.sqlite_keys_path,
@@ -196,8 +214,8 @@ def batches_in_flight(settings: Settings) -> int:
 
     On PostgreSQL a second batch can be prepared and sent while the first
     waits for its commit (the table lock still orders them). SQLite has one
-    writer at a time, and the memory store does its work under one lock: a
-    second batch would only wait.
+    writer at a time (the memory store is SQLite too): a second batch would
+    only wait.
     """
     if settings.persistence != "postgres":
         return 1
@@ -223,7 +241,10 @@ def _open_read_only(settings: Settings, *, check_record: bool = True) -> Convers
     vault = KeyVault(keys, master_key(settings, create=False))
     try:
         vault.check_master_key(remember=False)
-        env = {**eventsourcing_env(settings), "CREATE_TABLE": "n"}
+        # A memory store opened to read is a new, empty database: its tables
+        # are made so that it reads as empty.
+        create = "y" if settings.persistence == "memory" else "n"
+        env = {**eventsourcing_env(settings), "CREATE_TABLE": create}
         ledger = Conversations(env, vault=vault, max_turn_bytes=settings.max_turn_bytes)
     except BaseException:
         vault.close()
@@ -258,4 +279,4 @@ def _has_legacy_snapshots(settings: Settings) -> bool:
                     (f"{settings.postgres_schema}.conversations_snapshots",),
                 ).fetchone()
             return found is not None and found[0] is not None
-    return True
+    return False  # memory: a new database, which the first release never wrote

@@ -1,9 +1,11 @@
 """SQLite stores: the read side, in the event log's own file (here), and the
 key store, a file of its own beside it (sqlite_keys.py, importable from here
-too); the factory the library is told to use (`SQLiteReadSideFactory`)."""
+too); the factory the library is told to use (`SQLiteReadSideFactory`). The
+memory store is this store on in-memory databases."""
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -11,6 +13,7 @@ from uuid import UUID
 
 from eventsourcing.persistence import Notification, StoredEvent
 from eventsourcing.sqlite import SQLiteCursor, SQLiteFactory
+from eventsourcing.utils import Environment, EnvType
 
 from turnledger.infra.library_compat import SQLiteRecorderWithRows
 from turnledger.infra.migrations import ledger as ledger_steps
@@ -370,6 +373,24 @@ class SQLiteReadSideRecorder(SQLiteRecorderWithRows):
 
 class SQLiteReadSideFactory(SQLiteFactory):
     application_recorder_class = SQLiteReadSideRecorder
+
+    def __init__(self, env: Environment | EnvType | None) -> None:
+        super().__init__(env)
+        # The memory store (persistence.py): a database in memory lives while
+        # a connection to it is open; one is held until the factory closes.
+        pool = self.datastore.pool
+        self._keep_alive: sqlite3.Connection | None = None
+        if pool.is_sqlite_memory_mode:
+            if "cache=shared" not in pool.db_name:  # each connection its own
+                raise ValueError(f"{pool.db_name}: in memory, it needs cache=shared")
+            self._keep_alive = sqlite3.connect(
+                pool.db_name, uri=True, check_same_thread=False
+            )
+
+    def close(self) -> None:
+        super().close()
+        if self._keep_alive is not None:
+            self._keep_alive.close()
 
     def application_recorder(self) -> SQLiteReadSideRecorder:
         recorder = super().application_recorder()

@@ -30,6 +30,10 @@ ON CONFLICT (application_name) DO UPDATE SET
 """
 
 
+# The name of an SQLite database in memory, private to the connection that
+# opens it: the memory store's key, device and tree stores each keep one.
+MEMORY = ":memory:"
+
 # How long compaction waits for readers of the event log's file to move to
 # its newest snapshot before it stays pending (writers queue meanwhile).
 EVENTS_CHECKPOINT_TIMEOUT_SECONDS = 0.2
@@ -59,7 +63,9 @@ class SQLiteKeyStore(KeyStore):
     ) -> None:
         """`read_only`: for audits, which must change nothing: the file is
         opened read-only and no table is created. `events_path`: the event
-        log's file, whose WAL compaction truncates too."""
+        log's file, whose WAL compaction truncates too. `path` `MEMORY`: the
+        memory store's keys, in a database that lives as long as this object
+        (no WAL, nothing to compact but the tracking row)."""
         self._events_path = None if events_path is None else Path(events_path)
         self._holds: tuple[str, ...] = ()  # why this process's last run stayed pending
         target = f"file:{Path(path).resolve()}?mode=ro" if read_only else str(path)

@@ -1,9 +1,10 @@
 """What queries and commands read from the read side, and an in-memory one.
 
-Every store (memory, SQLite, PostgreSQL) answers these with indexed lookups;
-none of them loads an aggregate. Answers are immutable values. Queries that
-take `as_of` answer for that ledger version, which never changes once written,
-so a window reports exactly the version its turns were read at.
+Every store (SQLite, in a file or in memory, and PostgreSQL) answers these
+with indexed lookups; none of them loads an aggregate. Answers are immutable
+values. Queries that take `as_of` answer for that ledger version, which never
+changes once written, so a window reports exactly the version its turns were
+read at.
 """
 
 from __future__ import annotations
@@ -87,7 +88,13 @@ def current_fold(folds: Iterable[FoldRow], as_of: int) -> FoldRow | None:
 
 
 class LedgerView:
-    """The read side in memory: the memory store's, a rebuild's, an audit's.
+    """The read side in Python objects: a rebuild's and an audit's.
+
+    No store keeps its rows here (the memory store is SQLite in memory): the
+    audit and `rebuild` replay the log into a `LedgerView`
+    (projections/log_replay.py, infra/service_layer/audit_receipts.py), so the
+    rows they compare with, or write, come from code that shares no query
+    with the stores' SQL.
 
     Thread-safe; `apply` takes a whole `RowChanges` at once, so a reader never
     sees half of a save.
@@ -242,8 +249,3 @@ class LedgerView:
     def undeleted_turns(self, conversation_id: UUID) -> list[TurnRow]:
         with self._lock:
             return [t for t in self._turns.get(conversation_id, []) if not t.deleted]
-
-    def conversations_of_any(self) -> bool:
-        """Whether any conversation has a row."""
-        with self._lock:
-            return bool(self._conversations)

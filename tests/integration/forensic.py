@@ -23,8 +23,8 @@ from uuid import UUID
 
 from turnledger.domain.conversation import fold_key_id
 from turnledger.domain.errors import TurnKeyDamagedError
-from turnledger.infra.keystore import MemoryKeyStore
 from turnledger.infra.service_layer.application import Conversations
+from turnledger.infra.sqlite_keys import MEMORY, SQLiteKeyStore
 from turnledger.infra.vault import KeyVault, MasterKeyError
 
 OWNER = "forensic-owner"
@@ -145,7 +145,7 @@ def needles(
     scenario: Scenario, wrapped: Mapping[str, bytes], master_key: bytes
 ) -> dict[str, bytes]:
     """Markers of the destroyed items, their wrapped and raw keys in every form."""
-    vault = KeyVault(MemoryKeyStore(), master_key)
+    vault = KeyVault(SQLiteKeyStore(MEMORY), master_key)
     found: dict[str, bytes] = {}
     for key_id, blob in wrapped.items():
         for marker in scenario.markers.get(key_id, []):
@@ -176,7 +176,7 @@ def attack(
             form in content for content in contents.values() for form in forms(blob)
         ):
             continue
-        store = MemoryKeyStore()
+        store = SQLiteKeyStore(MEMORY)
         store.put_if_absent(scenario.conversation_id, key_id, blob)
         vault = KeyVault(store, master_key)
         items = [item for item in scenario.sealed if item[0] == key_id]

@@ -1,9 +1,10 @@
 """A damaged key loses its own turn, located; never the conversation.
 
-One byte of one turn's wrapped key is flipped directly in the key table (or
-the memory store's dict), as a careless operator or an attacker would: the
-other turns stay readable, the window leaves that turn out for
-"key-damaged", HTTP answers without a 500, and the audit locates exactly it.
+One byte of one turn's wrapped key is flipped directly in the key table (for
+the memory store, through the key store's own connection), as a careless
+operator or an attacker would: the other turns stay readable, the window
+leaves that turn out for "key-damaged", HTTP answers without a 500, and the
+audit locates exactly it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import pytest
 from fastapi.testclient import TestClient
 from psycopg import sql
 
+from tests.key_rows import set_wrapped_key, wrapped_key
 from turnledger.domain.errors import TurnKeyDamagedError
 from turnledger.domain.findings import DAMAGED_KEY
 from turnledger.infra.http.app import create_app
@@ -32,11 +34,11 @@ def damage_key(
     ledger: Conversations, settings: Settings, conversation_id: uuid.UUID, turn_id: str
 ) -> None:
     """Flip one byte of the turn's stored wrapped key, beside the ledger."""
-    if settings.persistence == "memory":
+    if settings.persistence == "memory":  # the key store's own database
         store: Any = ledger.vault.purge_view
-        wrapped = bytearray(store._keys[(conversation_id, turn_id)])
+        wrapped = bytearray(wrapped_key(store, conversation_id, turn_id))
         wrapped[7] ^= 0x40
-        store._keys[(conversation_id, turn_id)] = bytes(wrapped)
+        set_wrapped_key(store, conversation_id, turn_id, bytes(wrapped))
     elif settings.persistence == "sqlite":
         with sqlite3.connect(settings.sqlite_keys_path) as connection:
             (wrapped,) = connection.execute(

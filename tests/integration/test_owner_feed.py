@@ -230,7 +230,6 @@ def test_a_read_costs_the_owners_rows_not_the_logs(ledger: Conversations) -> Non
     assert [c.version for c in batch.changes] == [2]
     assert batch.caught_up
     assert sum(fetched) == 1
-    # (The memory store fetches each indexed event from its log by position.)
     assert sum(scanned) <= sum(fetched)
 
 
@@ -530,8 +529,9 @@ def test_a_cursor_the_release_before_issued_resumes_over_http(
 
 
 def _empty_index(ledger: Conversations, settings: Settings) -> None:
-    if settings.persistence == "memory":
-        ledger.recorder._owner_feed.clear()  # type: ignore[attr-defined]
+    if settings.persistence == "memory":  # through the ledger's own pool
+        with ledger.recorder.datastore.transaction(commit=True) as c:  # type: ignore[attr-defined]
+            c.execute("DELETE FROM owner_feed")
     elif settings.persistence == "sqlite":
         with sqlite3.connect(settings.sqlite_events_path) as connection:
             connection.execute("DELETE FROM owner_feed")

@@ -13,6 +13,7 @@ from eventsourcing.persistence import Tracking
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.key_rows import set_wrapped_key, wrapped_key
 from turnledger.domain.errors import (
     SealMismatchError,
     TextUnavailableError,
@@ -20,7 +21,7 @@ from turnledger.domain.errors import (
     TurnKeyDamagedError,
 )
 from turnledger.domain.ports import SEAL_BOUND_TO_OWNER
-from turnledger.infra.keystore import MemoryKeyStore
+from turnledger.infra.sqlite_keys import MEMORY, SQLiteKeyStore
 from turnledger.infra.vault import (
     PAD_BYTES,
     KeyVault,
@@ -31,9 +32,9 @@ from turnledger.infra.vault import (
 )
 
 
-def vault(store: MemoryKeyStore | None = None, key: str | None = None) -> KeyVault:
+def vault(store: SQLiteKeyStore | None = None, key: str | None = None) -> KeyVault:
     return KeyVault(
-        store or MemoryKeyStore(), decode_master_key(key or new_master_key())
+        store or SQLiteKeyStore(MEMORY), decode_master_key(key or new_master_key())
     )
 
 
@@ -86,7 +87,7 @@ def test_seals_of_earlier_versions_still_open_whoever_asks() -> None:
 
 
 def test_sealing_twice_uses_the_same_key_and_fresh_nonces() -> None:
-    store = MemoryKeyStore()
+    store = SQLiteKeyStore(MEMORY)
     box, conversation = vault(store), uuid.uuid4()
     first = box.seal(conversation, "t1", "answer", "same")
     second = box.seal(conversation, "t1", "answer", "same")
@@ -114,7 +115,7 @@ def test_shredding_a_turn_leaves_the_others_readable() -> None:
 
 
 def test_a_wrong_master_key_is_reported_not_mistaken_for_shredding() -> None:
-    store, conversation = MemoryKeyStore(), uuid.uuid4()
+    store, conversation = SQLiteKeyStore(MEMORY), uuid.uuid4()
     vault(store).seal(conversation, "t1", "question", "text")
     # Checked when a store opens, before any key is unwrapped.
     with pytest.raises(MasterKeyError, match="master key"):
@@ -122,14 +123,14 @@ def test_a_wrong_master_key_is_reported_not_mistaken_for_shredding() -> None:
 
 
 def test_a_damaged_key_loses_its_own_turn_and_names_it() -> None:
-    store, conversation = MemoryKeyStore(), uuid.uuid4()
+    store, conversation = SQLiteKeyStore(MEMORY), uuid.uuid4()
     box = vault(store)
     box.check_master_key(remember=True)
     one = box.seal(conversation, "t1", "question", "one")
     two = box.seal(conversation, "t2", "question", "two")
-    wrapped = bytearray(store._keys[(conversation, "t1")])
+    wrapped = bytearray(wrapped_key(store, conversation, "t1"))
     wrapped[5] ^= 0x01  # one byte flipped in the key row
-    store._keys[(conversation, "t1")] = bytes(wrapped)
+    set_wrapped_key(store, conversation, "t1", bytes(wrapped))
     items = [("t1", "question", one), ("t2", "question", two)]
     with pytest.raises(TurnKeyDamagedError) as raised:
         box.open_many(conversation, items)

@@ -7,13 +7,14 @@ import uuid
 
 import pytest
 
+from tests.key_rows import drop_key, set_wrapped_key, wrapped_key
 from turnledger.domain.errors import SealMismatchError
-from turnledger.infra.keystore import MemoryKeyStore
+from turnledger.infra.sqlite_keys import MEMORY, SQLiteKeyStore
 from turnledger.infra.vault import KeyVault, decode_master_key, new_master_key
 
 
-def _vault() -> tuple[KeyVault, MemoryKeyStore]:
-    store = MemoryKeyStore()
+def _vault() -> tuple[KeyVault, SQLiteKeyStore]:
+    store = SQLiteKeyStore(MEMORY)
     return KeyVault(store, decode_master_key(new_master_key())), store
 
 
@@ -48,10 +49,10 @@ def test_a_damaged_key_opens_to_none_and_is_noted_the_rest_open() -> None:
             ("t1", "answer", vault.seal(second, "t1", "answer", "c", owner_id="al"))
         ],
     }
-    wrapped = bytearray(store._keys[(first, "t1")])
+    wrapped = bytearray(wrapped_key(store, first, "t1"))
     wrapped[7] ^= 0x40
-    store._keys[(first, "t1")] = bytes(wrapped)
-    store._keys.pop((second, "t1"))  # destroyed: gone, not damaged
+    set_wrapped_key(store, first, "t1", bytes(wrapped))
+    drop_key(store, second, "t1")  # destroyed: gone, not damaged
     damaged: set[tuple[uuid.UUID, str]] = set()
 
     opened = vault.open_across(items, owner_id="al", damaged=damaged)
@@ -78,7 +79,7 @@ def test_a_text_moved_to_another_conversation_is_refused() -> None:
     vault, store = _vault()
     source, target = uuid.uuid4(), uuid.uuid4()
     sealed = vault.seal(source, "t1", "question", "secret", owner_id="alice")
-    store._keys[(target, "t1")] = store._keys[(source, "t1")]
+    set_wrapped_key(store, target, "t1", wrapped_key(store, source, "t1"))
 
     with pytest.raises(SealMismatchError):
         vault.open_across(
