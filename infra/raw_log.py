@@ -266,8 +266,11 @@ def open_raw_log(
 
 
 class RecorderLog:
-    """Rows through the library's recorder: for the in-memory store, whose rows
-    are Python objects no one can hand-edit with SQL."""
+    """Rows through the library's recorder: for the memory store, an SQLite
+    database in memory that only its ledger's pool reaches (a connection of
+    the reader's own to that shared cache would get "database table is
+    locked" at once beside a write in progress, where a file's WAL lets it
+    read), and that no one outside the process can hand-edit."""
 
     def __init__(self, recorder: Recorder) -> None:
         self._recorder: Any = recorder
