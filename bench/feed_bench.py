@@ -20,7 +20,20 @@ then measures, with the project's own client library (httpx):
    the service's CPU time per turn (from /proc) with and without the
    listeners, and the time from each write's 200 to its arrival at each
    long-polling device (median, p99). `--rounds` rounds, each with its
-   baseline; the median ratio is reported.
+   baseline; the median ratio is reported. Each round also prints where
+   the CPU went (bench/cpu_split.py): per turn, the service, the devices
+   (this process and its children), PostgreSQL's backends serving the
+   service and its other processes, the whole machine (other sessions'
+   processes included) and the wall time; the busiest threads of the
+   service and of the devices as shares of a core (is one saturated?); the
+   other processes that used the machine meanwhile; and the same split per
+   row of the raw baseline (its backends, which end with its connections,
+   under "pg(other)").
+   `--devices threads` (the default) runs the 10 devices as threads of this
+   process, sharing its GIL; `--devices processes` runs each in a process
+   of its own (spawned once, before the rounds), as a user's devices are
+   separate programs: the same `Client`, the same 8 writers and 2
+   listeners of one user, the same turns, and their CPU still counted.
 
 3. one sync request: the service's CPU per `GET /v1/sync` (caught up, and
    with 5 changes) on the short path and through FastAPI's route,
@@ -37,6 +50,8 @@ from __future__ import annotations
 
 import argparse
 import base64
+import multiprocessing
+import multiprocessing.process
 import os
 import shutil
 import statistics
@@ -47,9 +62,12 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import Any
 
 import httpx
+from cpu_split import CpuSplit, Split
 from sync_bench import (
     cpu_seconds,
     drop_schema,
@@ -182,6 +200,10 @@ class Listener:
     def start(self) -> None:
         self._thread.start()
 
+    def wait_for(self, count: int, deadline: float) -> None:
+        while len(self.arrived) < count and time.monotonic() < deadline:
+            time.sleep(0.05)
+
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=30)
@@ -199,54 +221,191 @@ class Listener:
                     self.arrived[turn_id] = now
 
 
-def write_round(
-    process: subprocess.Popen[bytes],
-    base_url: str,
-    writers: list[Client],
-    listener_tokens: list[str],
-    turns_per_device: int,
-    tag: str,
-) -> tuple[float, float, list[float], float]:
-    """Turns/s of the writers, service CPU per turn, write -> listener
-    latencies (none without listener tokens), and long-poll answers per turn
-    (of all listeners together)."""
-    conversations = [w.start_conversation().conversation_id for w in writers]
-    listeners = [Listener(base_url, token) for token in listener_tokens]
-    for listener in listeners:
-        listener.start()
-    time.sleep(0.5)  # every listener waiting
-    acked: dict[str, float] = {}
+class Writer:
+    """A device writing turns into a conversation of its own."""
 
-    def push(index: int) -> None:
-        client, conversation = writers[index], conversations[index]
-        for n in range(turns_per_device):
-            turn_id = f"{tag}-{index}-{n}"
-            client.put_turn(
-                conversation, turn_id, question=f"question {n}", answer=f"answer {n}"
+    def __init__(self, base_url: str, token: str) -> None:
+        self.client = Client(base_url, token)
+        self._conversation: uuid.UUID | None = None
+
+    def start_conversation(self) -> None:
+        self._conversation = self.client.start_conversation().conversation_id
+
+    def push(self, tag: str, turns: int) -> dict[str, float]:
+        """Write `turns` turns; when each was acknowledged (perf_counter)."""
+        assert self._conversation is not None
+        acked = {}
+        for n in range(turns):
+            turn_id = f"{tag}-{n}"
+            self.client.put_turn(
+                self._conversation,
+                turn_id,
+                question=f"question {n}",
+                answer=f"answer {n}",
             )
             acked[turn_id] = time.perf_counter()
+        return acked
 
+
+def device_process(connection: Connection, base_url: str, token: str) -> None:
+    """One device in a process of its own, run by the commands it receives:
+    a writer ("start", "push") or a listener ("listen", "collect")."""
+    writer: Writer | None = None
+    listener: Listener | None = None
+    while True:
+        command, *arguments = connection.recv()
+        if command == "start":
+            writer = writer or Writer(base_url, token)
+            writer.start_conversation()
+            connection.send(None)
+        elif command == "push":
+            assert writer is not None
+            connection.send(writer.push(*arguments))
+        elif command == "listen":
+            listener = Listener(base_url, token)
+            listener.start()
+            connection.send(None)
+        elif command == "collect":
+            assert listener is not None
+            (count,) = arguments
+            listener.wait_for(count, time.monotonic() + 30)
+            listener.stop()
+            connection.send((listener.arrived, listener.answers))
+            listener = None
+        elif command == "exit":
+            if writer is not None:
+                writer.client.close()
+            return
+
+
+class Devices:
+    """The 8 writers and 2 listeners of part 2: threads of this process
+    (`--devices threads`), or a process each (`--devices processes`), as a
+    user's devices are separate programs on separate machines. Either way
+    each is the project's `Client` over httpx, and each process is on this
+    machine, so its CPU is counted (the client's share of the split)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        writer_tokens: list[str],
+        listener_tokens: list[str],
+        way: str,
+    ) -> None:
+        self._way = way
+        self._base_url = base_url
+        self._listener_tokens = listener_tokens
+        self._pipes: list[Connection] = []
+        self._processes: list[multiprocessing.process.BaseProcess] = []
+        if way == "threads":
+            self._writers = [Writer(base_url, token) for token in writer_tokens]
+            return
+        context = multiprocessing.get_context("spawn")
+        for token in writer_tokens + listener_tokens:
+            here, there = context.Pipe()
+            process = context.Process(
+                target=device_process, args=(there, base_url, token), daemon=True
+            )
+            process.start()
+            self._pipes.append(here)
+            self._processes.append(process)
+
+    def _ask(self, pipes: list[Connection], *command: object) -> list[Any]:
+        for pipe in pipes:
+            pipe.send(command)
+        return [pipe.recv() for pipe in pipes]
+
+    def start(self, listening: bool) -> None:
+        """A new conversation for each writer; the listeners waiting at the head."""
+        self._listeners: list[Listener] = []
+        if self._way == "threads":
+            for writer in self._writers:
+                writer.start_conversation()
+            if listening:
+                self._listeners = [
+                    Listener(self._base_url, t) for t in self._listener_tokens
+                ]
+                for listener in self._listeners:
+                    listener.start()
+            return
+        self._ask(self._pipes[:WRITERS], "start")
+        self._listening = listening
+        if listening:
+            self._ask(self._pipes[WRITERS:], "listen")
+
+    def push(self, tag: str, turns: int) -> dict[str, float]:
+        """Every writer writes `turns` turns at once; when each was acknowledged."""
+        acked: dict[str, float] = {}
+        if self._way == "threads":
+            with ThreadPoolExecutor(WRITERS) as pool:
+                for done in pool.map(
+                    lambda i: self._writers[i].push(f"{tag}-{i}", turns),
+                    range(WRITERS),
+                ):
+                    acked.update(done)
+            return acked
+        for index, pipe in enumerate(self._pipes[:WRITERS]):
+            pipe.send(("push", f"{tag}-{index}", turns))
+        for pipe in self._pipes[:WRITERS]:
+            acked.update(pipe.recv())
+        return acked
+
+    def collect(self, count: int) -> list[tuple[dict[str, float], int]]:
+        """Each listener's arrivals (once it has `count` turns, or after 30 s)
+        and its number of long-poll answers; the listeners stop."""
+        if self._way == "threads":
+            found = []
+            for listener in self._listeners:
+                listener.wait_for(count, time.monotonic() + 30)
+                listener.stop()
+                found.append((listener.arrived, listener.answers))
+            return found
+        if not self._listening:
+            return []
+        return self._ask(self._pipes[WRITERS:], "collect", count)
+
+    def close(self) -> None:
+        if self._way == "threads":
+            for writer in self._writers:
+                writer.client.close()
+            return
+        for pipe in self._pipes:
+            pipe.send(("exit",))
+        for process in self._processes:
+            process.join(timeout=30)
+
+
+def write_round(
+    process: subprocess.Popen[bytes],
+    devices: Devices,
+    listening: bool,
+    turns_per_device: int,
+    tag: str,
+    split: CpuSplit | None = None,
+) -> tuple[float, float, list[float], float, Split | None]:
+    """Turns/s of the writers, service CPU per turn, write -> listener
+    latencies (none without listeners), and long-poll answers per turn
+    (of all listeners together)."""
+    devices.start(listening)
+    time.sleep(0.5)  # every listener waiting
     cpu_before = cpu_seconds(process.pid)
+    if split is not None:
+        split.start()
     began = time.perf_counter()
-    with ThreadPoolExecutor(WRITERS) as pool:
-        list(pool.map(push, range(WRITERS)))
+    acked = devices.push(tag, turns_per_device)
     elapsed = time.perf_counter() - began
+    measured = split.stop() if split is not None else None
     cpu = cpu_seconds(process.pid) - cpu_before
-    deadline = time.monotonic() + 30
-    while listeners and time.monotonic() < deadline:
-        if all(len(listener.arrived) >= len(acked) for listener in listeners):
-            break
-        time.sleep(0.05)
     latencies = []
-    answers = sum(listener.answers for listener in listeners)
-    for listener in listeners:
-        missing = acked.keys() - listener.arrived.keys()
+    answers = 0
+    for arrived, answered in devices.collect(len(acked)):
+        answers += answered
+        missing = acked.keys() - arrived.keys()
         if missing:
             raise SystemExit(f"{len(missing)} turns never reached a listener")
-        latencies += [listener.arrived[t] - acked[t] for t in acked]
-        listener.stop()
+        latencies += [arrived[t] - acked[t] for t in acked]
     turns = WRITERS * turns_per_device
-    return turns / elapsed, cpu / turns, latencies, answers / turns
+    return turns / elapsed, cpu / turns, latencies, answers / turns, measured
 
 
 def sync_request_cpu(
@@ -309,6 +468,12 @@ def main() -> int:
     parser.add_argument("--turns-per-device", type=int, default=150)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--profile", help="write a py-spy flame graph of part 2")
+    parser.add_argument(
+        "--devices",
+        choices=["processes", "threads"],
+        default="processes",
+        help="part 2's devices: a process each (default), or threads of this one",
+    )
     arguments = parser.parse_args()
     counts = [int(n) for n in arguments.others.split(",")]
 
@@ -341,33 +506,45 @@ def main() -> int:
         ratio = medians[high] / medians[low]
         print(f"  ratio {high} / {low}: {ratio:.2f} (target <= 1.5)", flush=True)
         print(f"part 2: writes with listeners ({time.strftime('%H:%M:%S')} UTC)")
-        writers = [Client(base_url, token) for token in tokens[:WRITERS]]
-        listener_tokens = tokens[WRITERS : WRITERS + LISTENERS]
-        write_round(process, base_url, writers, [], 20, "warm")
+        devices = Devices(
+            base_url,
+            tokens[:WRITERS],
+            tokens[WRITERS : WRITERS + LISTENERS],
+            arguments.devices,
+        )
+        write_round(process, devices, False, 20, "warm")
+        split = CpuSplit(process.pid, conninfo)
         profile = None
         rounds: list[WriteRound] = []
         alone: list[float] = []
         for number in range(arguments.rounds):
             wait_until_idle(process.pid)
-            _, cpu_alone, _, _ = write_round(
-                process, base_url, writers, [], arguments.turns_per_device, f"a{number}"
+            _, cpu_alone, _, _, alone_split = write_round(
+                process,
+                devices,
+                False,
+                arguments.turns_per_device,
+                f"a{number}",
+                split,
             )
             alone.append(cpu_alone)
             wait_until_idle(process.pid)
             if arguments.profile and profile is None:
                 profile = start_profile(process.pid, arguments.profile)
-            rate, cpu, latencies, answers = write_round(
+            rate, cpu, latencies, answers, listened_split = write_round(
                 process,
-                base_url,
-                writers,
-                listener_tokens,
+                devices,
+                True,
                 arguments.turns_per_device,
                 f"l{number}",
+                split,
             )
             if profile is not None:
                 profile.send_signal(2)
                 profile.wait(timeout=60)
+            split.start()
             raw = raw_inserts_per_second(conninfo, schema, 2_000, WRITERS)
+            raw_split = split.stop()
             rounds.append(WriteRound(rate, cpu, raw, latencies))
             print(
                 f"  round {number + 1}: {rate:.0f} turns/s with {LISTENERS} "
@@ -378,8 +555,17 @@ def main() -> int:
                 f"{answers:.2f} long-poll answers per turn",
                 flush=True,
             )
-        for writer in writers:
-            writer.close()
+            turns = WRITERS * arguments.turns_per_device
+            for name, measured in (
+                ("no listeners", alone_split),
+                ("listeners", listened_split),
+            ):
+                assert measured is not None
+                print(f"    {name}: {measured.per_turn_line(turns)}")
+                print(f"      {measured.busiest_threads()}")
+                print(f"      {measured.elsewhere(turns)}")
+            print(f"    raw baseline: {raw_split.per_turn_line(2_000)} (per row)")
+        devices.close()
         every = [latency for r in rounds for latency in r.latencies]
         print(
             f"  median ratio {statistics.median(r.ratio for r in rounds):.3f} "
