@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/read_side_bench.py            # full: 100,000 vs 1,000
     .venv/bin/python bench/read_side_bench.py --quick    # small sizes, ~1 minute
+    .venv/bin/python bench/read_side_bench.py --only-throughput  # part 3 alone
 
 Everything goes through the public API (`open_conversations`, `confirm_turn`,
 `project_window`, `get_conversation`, `get_history`) on a fresh schema of the
@@ -391,6 +392,12 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--rounds", type=int, help="throughput rounds (medians)")
     parser.add_argument(
+        "--only-throughput",
+        action="store_true",
+        help="part 3 alone (writers against the raw baseline): no build, no "
+        "windows, no one-conversation runs, no stored bytes",
+    )
+    parser.add_argument(
         "--uuid-turn-ids",
         action="store_true",
         help="36-character turn ids instead of short ones like t17",
@@ -490,6 +497,8 @@ def main() -> int:
 def run(
     args: argparse.Namespace, settings: Settings, ledger: Conversations
 ) -> list[Row]:
+    if args.only_throughput:
+        return throughput(args, settings, ledger, one_conversation_runs=False)
     conninfo = settings.postgres_conninfo()
     schema = settings.postgres_schema
     rows: list[Row] = []
@@ -593,7 +602,22 @@ def run(
         ).fetchall():
             connection.execute(sql.SQL("ANALYZE {}").format(sql.SQL(table)))
     rows.extend(cold_windows(args, env, small, big, stage="after ANALYZE"))
+    rows.extend(throughput(args, settings, ledger, one_conversation_runs=True))
+    rows.append(rows_storage)
+    return rows
 
+
+def throughput(
+    args: argparse.Namespace,
+    settings: Settings,
+    ledger: Conversations,
+    *,
+    one_conversation_runs: bool,
+) -> list[Row]:
+    """Parts 3 and 4 (part 3 alone without `one_conversation_runs`)."""
+    conninfo = settings.postgres_conninfo()
+    schema = settings.postgres_schema
+    rows: list[Row] = []
     # 3 and 4. Throughput ---------------------------------------------------------
     with psycopg.connect(conninfo, autocommit=True) as connection:
         connection.execute(
@@ -634,9 +658,12 @@ def run(
                 "api1",
                 lambda: own_conversations(ledger, args.single_turns, threads=1),
             ),
-            ("one8", lambda: one_conversation(ledger, args.turns, 8, one_runs)),
-            ("one16", lambda: one_conversation(ledger, args.turns, 16, one_runs)),
         ]
+        if one_conversation_runs:
+            steps += [
+                ("one8", lambda: one_conversation(ledger, args.turns, 8, one_runs)),
+                ("one16", lambda: one_conversation(ledger, args.turns, 16, one_runs)),
+            ]
         if round_number % 2:
             steps.reverse()
         for name, step in steps:
@@ -644,13 +671,17 @@ def run(
         print(
             f"  round {round_number + 1}: "
             + ", ".join(
-                f"{name} {values[-1]:,.0f}/s" for name, values in results.items()
+                f"{name} {values[-1]:,.0f}/s"
+                for name, values in results.items()
+                if values
             )
         )
         with psycopg.connect(conninfo, autocommit=True) as connection:
             connection.execute(sql.SQL("TRUNCATE {}").format(raw_table))
 
-    median = {name: statistics.median(values) for name, values in results.items()}
+    median = {
+        name: statistics.median(values) for name, values in results.items() if values
+    }
     paired8 = statistics.median(
         a / r for a, r in zip(results["api8"], results["raw8"], strict=True)
     )
@@ -677,7 +708,7 @@ def run(
             paired1 >= 0.25,
         )
     )
-    for name, threads in (("one8", 8), ("one16", 16)):
+    for name, threads in (("one8", 8), ("one16", 16)) if one_conversation_runs else ():
         runs = one_runs[name]
         ratio = statistics.median(
             o / a for o, a in zip(results[name], results["api8"], strict=True)
@@ -726,7 +757,6 @@ def run(
         )
         for problem in problems[:5]:
             print(f"  {name} error: {problem}")
-    rows.append(rows_storage)
     return rows
 
 

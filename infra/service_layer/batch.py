@@ -190,12 +190,14 @@ class BatchWriter:
                     for conversation_id in batch.aggregates:
                         self._kept.pop(conversation_id, None)
                 raise
+        kept = []
         for conversation_id, aggregate in batch.aggregates.items():
             head = batch.new_heads.get(conversation_id) or batch.heads.get(
                 conversation_id
             )
             if head is not None and head.version == aggregate.version:
-                self._keep(conversation_id, aggregate, head)
+                kept.append((aggregate, head))
+        self._keep(kept)
         return done
 
     def _known(self, pending: Sequence[Pending[Write]]) -> Batch | None:
@@ -249,12 +251,12 @@ class BatchWriter:
         with self._kept_lock:
             return self._kept.get(conversation_id)
 
-    def _keep(
-        self, conversation_id: UUID, aggregate: Conversation, head: ConversationRow
-    ) -> None:
+    def _keep(self, kept: Sequence[tuple[Conversation, ConversationRow]]) -> None:
+        """Keep each aggregate with its row (one lock for the whole batch)."""
         with self._kept_lock:
-            self._kept[conversation_id] = (aggregate, head)
-            self._kept.move_to_end(conversation_id)
+            for aggregate, head in kept:
+                self._kept[aggregate.id] = (aggregate, head)
+                self._kept.move_to_end(aggregate.id)
             while len(self._kept) > _AGGREGATES_KEPT:
                 self._kept.popitem(last=False)
 
@@ -281,18 +283,21 @@ def recorded_with(
     """What the recorder writes with a batch's events: the read-side rows
     (projected from the events and the digests they were stored with), the
     new keys and the credentials to check."""
-    changes = RowChanges()
     by_conversation: dict[UUID, list[Event]] = {}
     for new_event in events:
         by_conversation.setdefault(new_event.originator_id, []).append(new_event)
-    for conversation_id, conversation_events in by_conversation.items():
-        changes = changes + project_events(
-            head=batch.heads.get(conversation_id),
-            events=conversation_events,
-            digests=digests[conversation_id],
-            sizes=batch.sizes.get(conversation_id, {}),
-            known_turns=batch.turns.get(conversation_id, {}),
-        )
+    changes = joined(
+        [
+            project_events(
+                head=batch.heads.get(conversation_id),
+                events=conversation_events,
+                digests=digests[conversation_id],
+                sizes=batch.sizes.get(conversation_id, {}),
+                known_turns=batch.turns.get(conversation_id, {}),
+            )
+            for conversation_id, conversation_events in by_conversation.items()
+        ]
+    )
     batch.new_heads = {row.conversation_id: row for row in changes.conversations}
     recorded: dict[str, Any] = {"read_side": changes}
     if batch.keys:
@@ -300,3 +305,18 @@ def recorded_with(
     if batch.credentials:  # only on stores that check them (_request_write)
         recorded["credentials"] = tuple(sorted(batch.credentials))
     return recorded
+
+
+def joined(parts: Sequence[RowChanges]) -> RowChanges:
+    """The rows of all `parts` (each conversation's), in their order, gathered
+    once: adding them pairwise copied every row gathered so far again for
+    each conversation of the batch."""
+    if len(parts) == 1:
+        return parts[0]
+    return RowChanges(
+        conversations=tuple(row for part in parts for row in part.conversations),
+        new_turns=tuple(row for part in parts for row in part.new_turns),
+        deletions=tuple(row for part in parts for row in part.deletions),
+        new_folds=tuple(row for part in parts for row in part.new_folds),
+        withdrawals=tuple(row for part in parts for row in part.withdrawals),
+    )

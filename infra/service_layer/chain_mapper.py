@@ -64,9 +64,14 @@ class RecentDigests:
             return digest
 
     def put(self, originator_id: UUID, version: int, digest: str) -> None:
+        self.put_many([(originator_id, version, digest)])
+
+    def put_many(self, digests: Sequence[tuple[UUID, int, str]]) -> None:
+        """Remember each (conversation, version, digest), under one lock."""
         with self._lock:
-            self._digests[(originator_id, version)] = digest
-            self._digests.move_to_end((originator_id, version))
+            for originator_id, version, digest in digests:
+                self._digests[(originator_id, version)] = digest
+                self._digests.move_to_end((originator_id, version))
             while len(self._digests) > self._capacity:
                 self._digests.popitem(last=False)
 
@@ -226,8 +231,9 @@ class ChainedEventStore(EventStore[UUID]):
         if with_digests is not None:
             kwargs.update(with_digests(domain_events, digests))
         notification_ids = self.recorder.insert_events(stored_events, **kwargs)
-        for originator_id, (version, digest) in links.items():
-            self.recent.put(originator_id, version, digest)
+        self.recent.put_many(
+            [(originator_id, *link) for originator_id, link in links.items()]
+        )
         if not notification_ids:
             return []
         return [
