@@ -19,9 +19,6 @@ the library's factories. What cannot be done through those is here:
   `subscribe()` listens for, and its lock timeout.
 - the PostgreSQL pool's check: the library's datastore makes its pool with a
   check of its own choosing; `replace_pool_check` remakes it with ours.
-- a batch's save (`save_aggregates`): the library's `Application.save`
-  without its two runtime-Protocol `isinstance` checks per aggregate, which
-  cost a batch of writes to eight conversations more than sealing its events.
 - uvicorn's keep-alive timer, which a refused request head must stop.
 
 tests/integration/test_library_compat.py checks each of these against the
@@ -34,9 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import psycopg
-from eventsourcing.application import Application, ProcessingEvent
-from eventsourcing.domain import BaseAggregate
-from eventsourcing.persistence import Recording, StoredEvent
+from eventsourcing.persistence import StoredEvent
 from eventsourcing.postgres import (
     ConnectionPool as LibraryConnectionPool,
 )
@@ -127,33 +122,6 @@ class PostgresRecorderWithRows(PostgresApplicationRecorder):
             sql.Identifier(self.channel_name), sql.Literal(wake)
         )
         return b"; ".join([*statements, notify.as_bytes(None)])
-
-
-def save_aggregates(
-    application: Application[Any],
-    aggregates: Sequence[BaseAggregate[Any]],
-    **kwargs: Any,
-) -> list[Recording[Any]]:
-    """What `application.save(*aggregates, **kwargs)` does, in its order: the
-    aggregates' new events recorded (and the aggregates cached), snapshots
-    taken, the application's hooks told.
-
-    The library's `ProcessingEvent.collect_events` asks of every object it
-    is given whether it is a domain event, then whether it can collect events:
-    two `isinstance` checks against runtime Protocols, each of which walks the
-    Protocol's members (some 10 us). The objects here are aggregates of the
-    library's own base class, which collect their events themselves.
-    """
-    processing_event: ProcessingEvent[Any] = ProcessingEvent()
-    for aggregate in aggregates:
-        processing_event.events.extend(aggregate.collect_events())
-        processing_event.aggregates[aggregate.id] = aggregate
-    processing_event.saved_kwargs.update(kwargs)
-    recordings = application._record(processing_event)
-    application._take_snapshots(processing_event)
-    application._notify(recordings)
-    application.notify(processing_event.events)  # deprecated, still called
-    return recordings
 
 
 class SQLiteRecorderWithRows(SQLiteApplicationRecorder):

@@ -29,7 +29,6 @@ from turnledger.domain.errors import InvalidInputError
 from turnledger.domain.ports import TextVault
 from turnledger.domain.text import DEFAULT_MAX_TURN_BYTES, check_identifier
 from turnledger.domain.transcodings import register_legacy_transcodings
-from turnledger.infra.library_compat import save_aggregates
 from turnledger.infra.service_layer.application_history import HistoryCommands
 from turnledger.infra.service_layer.application_reads import ConversationReads
 from turnledger.infra.service_layer.application_turns import TurnCommands
@@ -184,16 +183,13 @@ class Conversations(
         one before it by the event store (`ChainedEventStore`); with `batch`,
         the recorder also writes the read-side rows, keys and credential
         checks the batch gathered, in the events' transaction."""
-        if batch is None:
-            return super().save(*objs, **kwargs)
-        kwargs["heads"] = {
-            conversation_id: (row.version, row.head_digest)
-            for conversation_id, row in batch.heads.items()
-        }
-        kwargs["with_digests"] = partial(recorded_with, batch)
-        # A batch saves the aggregates it ran its writes against (and only
-        # those): the library's save, without its per-object type checks.
-        return save_aggregates(self, objs, **kwargs)
+        if batch is not None:
+            kwargs["heads"] = {
+                conversation_id: (row.version, row.head_digest)
+                for conversation_id, row in batch.heads.items()
+            }
+            kwargs["with_digests"] = partial(recorded_with, batch)
+        return super().save(*objs, **kwargs)
 
     def close(self) -> None:
         super().close()
