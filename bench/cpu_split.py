@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
+from sync_bench import process_tree as tree
 
 TICK = os.sysconf("SC_CLK_TCK")
 PG_PORT_HEX = "1538"  # 5432
@@ -55,15 +56,6 @@ def children(pid: int) -> list[int]:
     return found
 
 
-def tree(pid: int) -> list[int]:
-    found, pending = [], [pid]
-    while pending:
-        current = pending.pop()
-        found.append(current)
-        pending += children(current)
-    return found
-
-
 def threads(pid: int) -> dict[str, int]:
     """CPU ticks of each thread of `pid`, by "tid name"."""
     ticks = {}
@@ -75,8 +67,7 @@ def threads(pid: int) -> dict[str, int]:
 
 
 def machine_busy() -> int:
-    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
-    values = [int(v) for v in fields]
+    values = machine_fields()
     # user nice system idle iowait irq softirq steal guest guest_nice
     return sum(values[:8]) - values[3] - values[4]
 

@@ -129,13 +129,19 @@ class RowChanges:
     new_folds: tuple[FoldRow, ...] = ()
     withdrawals: tuple[FoldWithdrawal, ...] = ()
 
-    def __add__(self, other: RowChanges) -> RowChanges:
+    @staticmethod
+    def joined(parts: Sequence[RowChanges]) -> RowChanges:
+        """The rows of all `parts` (e.g. each conversation's of a batch), in
+        their order, gathered in one pass: adding them pairwise would copy
+        every row gathered so far again for each part."""
+        if len(parts) == 1:
+            return parts[0]
         return RowChanges(
-            conversations=self.conversations + other.conversations,
-            new_turns=self.new_turns + other.new_turns,
-            deletions=self.deletions + other.deletions,
-            new_folds=self.new_folds + other.new_folds,
-            withdrawals=self.withdrawals + other.withdrawals,
+            conversations=tuple(row for part in parts for row in part.conversations),
+            new_turns=tuple(row for part in parts for row in part.new_turns),
+            deletions=tuple(row for part in parts for row in part.deletions),
+            new_folds=tuple(row for part in parts for row in part.new_folds),
+            withdrawals=tuple(row for part in parts for row in part.withdrawals),
         )
 
 

@@ -286,7 +286,7 @@ def recorded_with(
     by_conversation: dict[UUID, list[Event]] = {}
     for new_event in events:
         by_conversation.setdefault(new_event.originator_id, []).append(new_event)
-    changes = joined(
+    changes = RowChanges.joined(
         [
             project_events(
                 head=batch.heads.get(conversation_id),
@@ -305,18 +305,3 @@ def recorded_with(
     if batch.credentials:  # only on stores that check them (_request_write)
         recorded["credentials"] = tuple(sorted(batch.credentials))
     return recorded
-
-
-def joined(parts: Sequence[RowChanges]) -> RowChanges:
-    """The rows of all `parts` (each conversation's), in their order, gathered
-    once: adding them pairwise copied every row gathered so far again for
-    each conversation of the batch."""
-    if len(parts) == 1:
-        return parts[0]
-    return RowChanges(
-        conversations=tuple(row for part in parts for row in part.conversations),
-        new_turns=tuple(row for part in parts for row in part.new_turns),
-        deletions=tuple(row for part in parts for row in part.deletions),
-        new_folds=tuple(row for part in parts for row in part.new_folds),
-        withdrawals=tuple(row for part in parts for row in part.withdrawals),
-    )
