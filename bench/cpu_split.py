@@ -145,6 +145,12 @@ class Split:
         kernel = ", ".join(f"{k} {v * ms:.2f}" for k, v in self.kernel.items())
         return f"other processes ms/turn: [{rest}]; machine by mode: [{kernel}]"
 
+    def ceiling(self, turns: int, cores: int) -> float:
+        """Turns/s if the scenario's own processes (service, devices and the
+        service's PostgreSQL backends) had every core and spent what they
+        spent a turn here: no schedule does better on this machine."""
+        return cores * turns / (self.service + self.client + self.pg_service)
+
     def per_turn_line(self, turns: int) -> str:
         ms = 1000 / turns
         attributed = self.service + self.client + self.pg_service + self.pg_other

@@ -180,10 +180,15 @@ class WriteRound:
     cpu_per_turn: float
     raw_per_second: float
     latencies: list[float]
+    ceiling: float  # turns/s with every core busy (cpu_split.Split.ceiling)
 
     @property
     def ratio(self) -> float:
         return self.turns_per_second / self.raw_per_second
+
+    @property
+    def ceiling_ratio(self) -> float:
+        return self.ceiling / self.raw_per_second
 
 
 class Listener:
@@ -545,17 +550,21 @@ def main() -> int:
             split.start()
             raw = raw_inserts_per_second(conninfo, schema, 2_000, WRITERS)
             raw_split = split.stop()
-            rounds.append(WriteRound(rate, cpu, raw, latencies))
+            assert listened_split is not None
+            turns = WRITERS * arguments.turns_per_device
+            ceiling = listened_split.ceiling(turns, os.cpu_count() or 1)
+            rounds.append(WriteRound(rate, cpu, raw, latencies, ceiling))
             print(
                 f"  round {number + 1}: {rate:.0f} turns/s with {LISTENERS} "
                 f"listeners, raw {raw:.0f}/s, ratio {rate / raw:.3f}; CPU/turn "
                 f"{cpu * 1000:.2f} ms (no listeners {cpu_alone * 1000:.2f} ms); "
                 f"write -> device median {percentile(latencies, 0.5) * 1000:.1f} "
                 f"ms, p99 {percentile(latencies, 0.99) * 1000:.1f} ms; "
-                f"{answers:.2f} long-poll answers per turn",
+                f"{answers:.2f} long-poll answers per turn; CPU ceiling "
+                f"{ceiling:.0f} turns/s on {os.cpu_count()} cores (ratio at most "
+                f"{ceiling / raw:.3f})",
                 flush=True,
             )
-            turns = WRITERS * arguments.turns_per_device
             for name, measured in (
                 ("no listeners", alone_split),
                 ("listeners", listened_split),
@@ -573,7 +582,9 @@ def main() -> int:
             f"{percentile(every, 0.99) * 1000:.1f} ms (target < 100 ms); "
             "CPU/turn with listeners "
             f"{statistics.median(r.cpu_per_turn for r in rounds) * 1000:.2f} ms, "
-            f"without {statistics.median(alone) * 1000:.2f} ms"
+            f"without {statistics.median(alone) * 1000:.2f} ms; ratio with "
+            "every core busy at this CPU per turn (CPU ceiling / raw) "
+            f"{statistics.median(r.ceiling_ratio for r in rounds):.3f}"
         )
         print(f"part 3: one sync request ({time.strftime('%H:%M:%S')} UTC)")
         sync_request_cpu(process, base_url, tokens[0], arguments.rounds)
