@@ -92,6 +92,7 @@ OWN_CHANGES = 5
 CATCH_UP_RUNS = 15
 OTHER_USERS = 50
 BATCH = 500
+CORES = os.cpu_count() or 1
 
 
 def catch_up_seconds(client: Client, cursor: str) -> tuple[float, int]:
@@ -552,17 +553,18 @@ def main() -> int:
             raw_split = split.stop()
             assert listened_split is not None
             turns = WRITERS * arguments.turns_per_device
-            ceiling = listened_split.ceiling(turns, os.cpu_count() or 1)
-            rounds.append(WriteRound(rate, cpu, raw, latencies, ceiling))
+            ceiling = listened_split.ceiling(turns, CORES)
+            this_round = WriteRound(rate, cpu, raw, latencies, ceiling)
+            rounds.append(this_round)
             print(
                 f"  round {number + 1}: {rate:.0f} turns/s with {LISTENERS} "
-                f"listeners, raw {raw:.0f}/s, ratio {rate / raw:.3f}; CPU/turn "
+                f"listeners, raw {raw:.0f}/s, ratio {this_round.ratio:.3f}; CPU/turn "
                 f"{cpu * 1000:.2f} ms (no listeners {cpu_alone * 1000:.2f} ms); "
                 f"write -> device median {percentile(latencies, 0.5) * 1000:.1f} "
                 f"ms, p99 {percentile(latencies, 0.99) * 1000:.1f} ms; "
                 f"{answers:.2f} long-poll answers per turn; CPU ceiling "
-                f"{ceiling:.0f} turns/s on {os.cpu_count()} cores (ratio at most "
-                f"{ceiling / raw:.3f})",
+                f"{ceiling:.0f} turns/s on {CORES} cores (ratio at most "
+                f"{this_round.ceiling_ratio:.3f})",
                 flush=True,
             )
             for name, measured in (
