@@ -89,6 +89,16 @@ class SQLiteReadSideRecorder(SQLiteRecorderWithRows):
         # The read side's tables and the per-user feed index: the steps this
         # file has not had yet, in one transaction (infra/migrations/).
         with self.datastore.transaction(commit=True) as c:
+            # The library's BEGIN is deferred. Were the first statement a read
+            # (the migrations' CREATE TABLE IF NOT EXISTS, when the table is
+            # there), another process's commit would make its snapshot stale
+            # and SQLite would refuse the upgrade to a write at once
+            # ("database is locked", no busy wait). A write first takes the
+            # file's write lock, waiting up to the lock timeout.
+            c.execute(
+                f"UPDATE {self.events_table_name} "
+                "SET originator_version = originator_version WHERE 0"
+            )
             migrate_sqlite(
                 c,
                 ledger_steps.COMPONENT,
