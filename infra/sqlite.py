@@ -1,7 +1,5 @@
-"""SQLite stores: the read side, in the event log's own file (here), and the
-key store, a file of its own beside it (sqlite_keys.py, importable from here
-too); the factory the library is told to use (`SQLiteReadSideFactory`). The
-memory store is this store on in-memory databases."""
+"""SQLite: the read side in the event log's file, `SQLiteReadSideFactory` for the
+library, keys beside it (sqlite_keys.py); memory is this on in-memory files."""
 
 from __future__ import annotations
 
@@ -89,16 +87,8 @@ class SQLiteReadSideRecorder(SQLiteRecorderWithRows):
         # The read side's tables and the per-user feed index: the steps this
         # file has not had yet, in one transaction (infra/migrations/).
         with self.datastore.transaction(commit=True) as c:
-            # The library's BEGIN is deferred. Were the first statement a read
-            # (the migrations' CREATE TABLE IF NOT EXISTS, when the table is
-            # there), another process's commit would make its snapshot stale
-            # and SQLite would refuse the upgrade to a write at once
-            # ("database is locked", no busy wait). A write first takes the
-            # file's write lock, waiting up to the lock timeout.
-            c.execute(
-                f"UPDATE {self.events_table_name} "
-                "SET originator_version = originator_version WHERE 0"
-            )
+            # BEGIN is deferred: a read first could not wait to become a write.
+            c.execute(f"UPDATE {self.events_table_name} SET rowid = rowid WHERE 0")
             migrate_sqlite(
                 c,
                 ledger_steps.COMPONENT,
