@@ -101,12 +101,15 @@ def migrate_sqlite(
 ) -> list[int]:
     """Apply `component`'s steps above its version, in the transaction that
     `cursor` has open (the caller commits, or rolls back on an error); the
-    versions applied."""
+    versions applied.
+
+    The transaction must hold the file's write lock already (`BEGIN
+    IMMEDIATE`, `sqlite_write_transaction`, or a write first): a deferred
+    transaction that read the version before another process committed could
+    not become a write, and would fail at once instead of waiting.
+    """
     check_steps(steps)
     cursor.execute(_SQLITE_TABLE)
-    # A write first: the file's write lock, before the version is read, so a
-    # second process waits here instead of migrating too.
-    cursor.execute(f"UPDATE {MIGRATIONS_TABLE} SET version = version WHERE version < 0")
     cursor.execute(
         f"SELECT coalesce(max(version), 0) FROM {MIGRATIONS_TABLE} WHERE component = ?",
         (component,),
