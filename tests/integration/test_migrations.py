@@ -7,6 +7,7 @@ from __future__ import annotations
 import sqlite3
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -517,6 +518,50 @@ def test_processes_starting_at_once_on_one_sqlite_store_migrate_once(
                 (component,),
             ).fetchall()
         assert [version for (version,) in versions] == list(range(1, newest + 1))
+
+
+def test_a_sqlite_start_up_waits_for_a_commit_made_while_it_starts(
+    tmp_path: Path,
+) -> None:
+    """Another process writing the event file while a start-up migrates it:
+    the start-up waits for that write's lock and goes on after its commit. It
+    must not fail at once with "database is locked", as it did when its
+    migration transaction read the version before writing: SQLite turns a
+    read into a write only if no other connection holds the write lock and
+    none has committed since the read, and it does not wait for either."""
+    settings = Settings(
+        _env_file=None,
+        persistence="sqlite",
+        data_dir=tmp_path / "data",
+        master_key=new_master_key(),
+    )
+    open_conversations(settings).close()
+    _as_version(settings, NEWEST - 1)  # so the start-up has a step to write
+    writer = sqlite3.connect(settings.sqlite_events_path, isolation_level=None)
+    writer.execute("CREATE TABLE other_process (n INTEGER)")
+    writer.execute("BEGIN IMMEDIATE")
+    writer.execute("INSERT INTO other_process VALUES (1)")
+    outcome: list[BaseException | None] = []
+
+    def start() -> None:
+        try:
+            open_conversations(settings).close()
+        except BaseException as error:  # reported below, not swallowed
+            outcome.append(error)
+        else:
+            outcome.append(None)
+
+    starting = threading.Thread(target=start)
+    starting.start()
+    # Still starting after a second: waiting for the writer's lock, with
+    # whatever it read before (the race this test is about).
+    starting.join(timeout=1.0)
+    assert starting.is_alive(), outcome
+    writer.execute("COMMIT")
+    writer.close()
+    starting.join(timeout=60)
+    assert outcome == [None]
+    assert _versions(settings) == list(range(1, NEWEST + 1))
 
 
 def test_a_store_written_by_0_1_reaches_the_newest_schema(
