@@ -151,6 +151,12 @@ class Split:
         spent a turn here: no schedule does better on this machine."""
         return cores * turns / (self.service + self.client + self.pg_service)
 
+    def ceiling_without_service(self, turns: int, cores: int) -> float:
+        """`ceiling` for a service that cost nothing: the devices and the
+        PostgreSQL backends alone, at what they spent a turn here. A ratio
+        this ceiling does not reach is out of reach of any service."""
+        return cores * turns / (self.client + self.pg_service)
+
     def per_turn_line(self, turns: int) -> str:
         ms = 1000 / turns
         attributed = self.service + self.client + self.pg_service + self.pg_other

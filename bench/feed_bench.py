@@ -28,11 +28,14 @@ then measures, with the project's own client library (httpx):
    service and of the devices as shares of a core (is one saturated?); the
    other processes that used the machine meanwhile; and the same split per
    row of the raw baseline (its backends, which end with its connections,
-   under "pg(other)").
-   `--devices threads` (the default) runs the 10 devices as threads of this
-   process, sharing its GIL; `--devices processes` runs each in a process
-   of its own (spawned once, before the rounds), as a user's devices are
-   separate programs: the same `Client`, the same 8 writers and 2
+   under "pg(other)"). The CPU ceiling is the rate with both cores busy at
+   that CPU per turn, and the ratio it allows; the second ceiling leaves the
+   service out (as if it cost nothing): the devices and the service's
+   PostgreSQL backends alone, a bound no service on this machine can pass.
+   `--devices processes` (the default) runs each device in a process of its
+   own (spawned once, before the rounds), as a user's devices are separate
+   programs; `--devices threads` runs the 10 devices as threads of this
+   process, sharing its GIL. Either way: the same `Client`, the same 8 writers and 2
    listeners of one user, the same turns, and their CPU still counted.
 
 3. one sync request: the service's CPU per `GET /v1/sync` (caught up, and
@@ -182,6 +185,7 @@ class WriteRound:
     raw_per_second: float
     latencies: list[float]
     ceiling: float  # turns/s with every core busy (cpu_split.Split.ceiling)
+    bare_ceiling: float  # the same for a service of no CPU
 
     @property
     def ratio(self) -> float:
@@ -190,6 +194,10 @@ class WriteRound:
     @property
     def ceiling_ratio(self) -> float:
         return self.ceiling / self.raw_per_second
+
+    @property
+    def bare_ceiling_ratio(self) -> float:
+        return self.bare_ceiling / self.raw_per_second
 
 
 class Listener:
@@ -554,7 +562,8 @@ def main() -> int:
             assert listened_split is not None
             turns = WRITERS * arguments.turns_per_device
             ceiling = listened_split.ceiling(turns, CORES)
-            this_round = WriteRound(rate, cpu, raw, latencies, ceiling)
+            bare = listened_split.ceiling_without_service(turns, CORES)
+            this_round = WriteRound(rate, cpu, raw, latencies, ceiling, bare)
             rounds.append(this_round)
             print(
                 f"  round {number + 1}: {rate:.0f} turns/s with {LISTENERS} "
@@ -564,7 +573,8 @@ def main() -> int:
                 f"ms, p99 {percentile(latencies, 0.99) * 1000:.1f} ms; "
                 f"{answers:.2f} long-poll answers per turn; CPU ceiling "
                 f"{ceiling:.0f} turns/s on {CORES} cores (ratio at most "
-                f"{this_round.ceiling_ratio:.3f})",
+                f"{this_round.ceiling_ratio:.3f}; with a service of no CPU "
+                f"{this_round.bare_ceiling_ratio:.3f})",
                 flush=True,
             )
             for name, measured in (
@@ -586,7 +596,9 @@ def main() -> int:
             f"{statistics.median(r.cpu_per_turn for r in rounds) * 1000:.2f} ms, "
             f"without {statistics.median(alone) * 1000:.2f} ms; ratio with "
             "every core busy at this CPU per turn (CPU ceiling / raw) "
-            f"{statistics.median(r.ceiling_ratio for r in rounds):.3f}"
+            f"{statistics.median(r.ceiling_ratio for r in rounds):.3f}, and "
+            "with a service of no CPU (the devices and PostgreSQL alone) "
+            f"{statistics.median(r.bare_ceiling_ratio for r in rounds):.3f}"
         )
         print(f"part 3: one sync request ({time.strftime('%H:%M:%S')} UTC)")
         sync_request_cpu(process, base_url, tokens[0], arguments.rounds)
