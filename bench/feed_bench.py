@@ -35,8 +35,9 @@ then measures, with the project's own client library (httpx):
    `--devices processes` (the default) runs each device in a process of its
    own (spawned once, before the rounds), as a user's devices are separate
    programs; `--devices threads` runs the 10 devices as threads of this
-   process, sharing its GIL. Either way: the same `Client`, the same 8 writers and 2
-   listeners of one user, the same turns, and their CPU still counted.
+   process, sharing its GIL. Either way: the same `Client`, the same 8
+   writers and 2 listeners of one user, the same turns, and their CPU still
+   counted.
 
 3. one sync request: the service's CPU per `GET /v1/sync` (caught up, and
    with 5 changes) on the short path and through FastAPI's route,
