@@ -3,6 +3,7 @@ order, bounded overlap; callers that wait on a thread and callers that post."""
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -84,7 +85,11 @@ def run_writers(
                 except ValueError as error:
                     outcomes[index].append(error)
 
-    threads = [threading.Thread(target=writer, args=(i,)) for i in range(len(plans))]
+    # Daemons: a writer left asleep by a bug fails the test, not the exit.
+    threads = [
+        threading.Thread(target=writer, args=(i,), daemon=True)
+        for i in range(len(plans))
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -191,6 +196,77 @@ def test_many_writes_of_one_caller_across_keys_all_finish() -> None:
     assert [r.outcome() for r in results] == [number for _, _, number in works]
     for key in "abc":
         assert recorder.committed[key] == [(0, n) for n in range(20)]
+    assert recorder.violations == []
+
+
+class Interrupted(Exception):
+    pass
+
+
+def test_a_caller_interrupted_while_it_sleeps_stalls_no_other_caller() -> None:
+    """The main thread, asleep behind a batch in flight, is interrupted (as by
+    Ctrl-C). Its write stays queued: the next batch takes it with two other
+    callers' writes. Had the committer appointed the interrupted caller to
+    lead that batch, or left it in the chain that wakes the batch's callers,
+    the two others would never return."""
+    release = threading.Event()
+    in_flight = threading.Event()
+    committed: list[str] = []
+
+    def commit(batch: Sequence[Pending[str]]) -> None:
+        if not release.is_set():
+            in_flight.set()
+            release.wait(10)
+        for pending in batch:
+            committed.append(pending.work)
+            pending.succeed(pending.work)
+
+    committer: GroupCommitter[str] = GroupCommitter(commit, key=lambda work: work)
+    first = threading.Thread(target=committer.submit, args=("first",), daemon=True)
+    first.start()
+    assert in_flight.wait(5)
+    # Queued after the main thread's write, while the first batch commits.
+    behind = [
+        threading.Timer(0.05, committer.submit, args=(key,)) for key in ("b", "c")
+    ]
+    for timer in behind:
+        timer.daemon = True
+        timer.start()
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise Interrupted
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        with pytest.raises(Interrupted):
+            committer.submit("interrupted")
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    release.set()
+    for thread in (first, *behind):
+        thread.join(timeout=10)
+        assert not thread.is_alive(), "a caller was never woken"
+    assert committed == ["first", "interrupted", "b", "c"]
+    assert committer.submit("after") == "after"
+
+
+@pytest.mark.parametrize("in_flight", [1, 2])
+def test_every_caller_of_a_large_batch_is_woken(in_flight: int) -> None:
+    """32 callers queue while one slow batch commits; the next batch holds
+    them all, and each is woken (by the one before it) and returns."""
+    recorder = Recorder(delay=0.2)
+    committer = committer_for(recorder, in_flight=in_flight)
+    slow = threading.Thread(
+        target=committer.submit, args=(("slow", 0, 0),), daemon=True
+    )
+    slow.start()
+    time.sleep(0.05)
+    outcomes = run_writers(committer, [[f"k{k}"] for k in range(32)])
+    slow.join(timeout=10)
+    assert outcomes == [[0]] * 32
+    assert max(recorder.batches) == 16  # max_batch: two batches of 16
     assert recorder.violations == []
 
 
