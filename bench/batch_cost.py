@@ -35,7 +35,6 @@ import re
 import resource
 import statistics
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -76,18 +75,9 @@ def measured(turns: int, work: Callable[[], object]) -> Run:
     )
 
 
-class Texts:
-    """Turn texts made before any clock starts, and fresh turn ids."""
-
-    def __init__(self, count: int) -> None:
-        self.texts = [turn_text(index) for index in range(count)]
-        self._runs = 0
-        self._lock = threading.Lock()
-
-    def prefix(self) -> str:
-        with self._lock:
-            self._runs += 1
-            return f"r{self._runs}-"
+# (question, answer) of each turn of a run: made once, before any clock starts.
+# Every run writes to new conversations, so its turn ids need no prefix.
+Texts = list[tuple[str, str]]
 
 
 def batches(
@@ -95,8 +85,7 @@ def batches(
 ) -> Run:
     """`threads` threads, each writing `size`-turn batches over its own
     `conversations` conversations with `record_turns`."""
-    turns = len(texts.texts) - len(texts.texts) % (threads * size)
-    prefix = texts.prefix()
+    turns = len(texts) - len(texts) % (threads * size)
     own = [
         [ledger.start_conversation(OWNER) for _ in range(conversations)]
         for _ in range(threads)
@@ -108,9 +97,9 @@ def batches(
                 TurnRequest(
                     OWNER,
                     own[worker][k % conversations],
-                    f"{prefix}{first + k}",
-                    question=texts.texts[first + k][0],
-                    answer=texts.texts[first + k][1],
+                    f"t{first + k}",
+                    question=texts[first + k][0],
+                    answer=texts[first + k][1],
                 )
                 for k in range(size)
             ]
@@ -123,17 +112,16 @@ def batches(
 
 def writers(ledger: Conversations, texts: Texts, threads: int) -> Run:
     """`threads` threads, each calling `confirm_turn` on its own conversation."""
-    turns = len(texts.texts)
-    prefix = texts.prefix()
+    turns = len(texts)
     own = [ledger.start_conversation(OWNER) for _ in range(threads)]
 
     def work(worker: int) -> None:
         for index in range(worker, turns, threads):
-            question, answer = texts.texts[index]
+            question, answer = texts[index]
             ledger.confirm_turn(
                 OWNER,
                 own[worker],
-                turn_id=f"{prefix}{index}",
+                turn_id=f"t{index}",
                 question=question,
                 answer=answer,
             )
@@ -227,11 +215,11 @@ def main() -> int:
         f" {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
     )
     runs: dict[str, list[Run]] = {name: [] for name in args.configs}
+    texts = [turn_text(index) for index in range(args.turns)]
     try:
         for round_number in range(args.rounds):
             order = args.configs[:: -1 if round_number % 2 else 1]
             for name in order:
-                texts = Texts(args.turns)
                 runs[name].append(run_config(name, pipelined, default, texts))
             print(
                 f"  round {round_number + 1}: "
