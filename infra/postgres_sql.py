@@ -70,7 +70,7 @@ BATCH_PARAMETERS = (
     "%s::json",
     "%s::json",
     "%s::json",
-    "%b::uuid[], %b::bigint[], %b::text[], %b::bytea[]",
+    "%s::uuid[], %s::bigint[], %s::text[], %b::bytea[]",
 )
 BATCH_ARGUMENTS = (
     "key_rows",
@@ -162,6 +162,25 @@ def uuid_array(ids: Iterable[UUID]) -> str:
     psycopg would dump a list element by element, in Python, and a sync read
     sends one per statement."""
     return "{" + ",".join(str(i) for i in ids) + "}"
+
+
+def bigint_array(values: Iterable[int]) -> str:
+    """A `%s::bigint[]` parameter as one string (as `uuid_array`)."""
+    return "{" + ",".join(str(int(value)) for value in values) + "}"
+
+
+def text_array(values: Iterable[str]) -> str:
+    """A `%s::text[]` parameter as one string (as `uuid_array`): each element
+    double-quoted, its backslashes and double quotes escaped, as the array
+    input syntax reads them back."""
+    return (
+        "{"
+        + ",".join(
+            '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+            for value in values
+        )
+        + "}"
+    )
 
 
 def turn_pairs(turn_ids: Mapping[UUID, Collection[str]]) -> str:

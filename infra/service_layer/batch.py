@@ -180,7 +180,13 @@ class BatchWriter:
                 continue
             if write.credential is not None:
                 batch.credentials.add(write.credential)
-        to_save = [a for a in batch.aggregates.values() if a.pending_events]
+        # The new events, not their aggregates: the library's save tests what
+        # it is given against its runtime protocols, and an aggregate takes
+        # two tests where an event takes one (about 20 us against 10 on
+        # Python 3.11, eight conversations a batch). The library wants the
+        # aggregates only for its repository's cache and its snapshots, and
+        # the ledger uses neither (aggregates load from read-side rows).
+        to_save = [e for a in batch.aggregates.values() for e in a.collect_events()]
         if to_save:
             try:
                 self.save(*to_save, batch=batch)

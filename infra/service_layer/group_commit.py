@@ -57,9 +57,11 @@ W = TypeVar("W")
 
 _log = logging.getLogger(__name__)
 
-# How long a new leader may wait for the thread callers of the previous
-# batch to queue again. It stops waiting as soon as they are all back.
+# How long a new leader waits for the next of the previous batch's thread
+# callers to queue again: it stops as soon as they are all back, or when none
+# has come back for this long, or after _GATHER_PAUSES times this in all.
 _GATHER_SECONDS = 0.001
+_GATHER_PAUSES = 2
 
 
 # Per poster, its requests to hand back (after a batch, or a refused lend).
@@ -245,23 +247,39 @@ class GroupCommitter(Generic[W]):
         moment's wait lets one transaction carry them all, instead of a batch
         of one followed by the rest (8 threads: batches of 7.3 turns instead
         of 6.5). The wait ends when they are all queued (the last one to
-        arrive wakes the leader) or after _GATHER_SECONDS. It counts callers
+        arrive wakes the leader), when a pause of _GATHER_SECONDS brought none
+        back, or after _GATHER_PAUSES pauses in all. It counts callers
         that a leader woke: a thread that submitted several writes at once
         comes back with one call, and a poster's requests come back over the
         network after their answers, not when woken (waiting for them turned
         1/7 splits into 4/4 batches for no gain, docs/benchmarks.md, issue 12).
         """
         target = self._last_batch
-        if self._queued_callers() >= target:
+        queued = self._queued_callers()
+        if queued >= target:
             return
-        deadline = time.monotonic() + _GATHER_SECONDS
-        while self._queued_callers() < target:
-            remaining = deadline - time.monotonic()
+        started = time.monotonic()
+        limit = started + _GATHER_PAUSES * _GATHER_SECONDS
+        deadline = started + _GATHER_SECONDS
+        while queued < target:
+            remaining = min(deadline, limit) - time.monotonic()
             if remaining <= 0:
                 break
             if self._gather_target is None or target < self._gather_target:
                 self._gather_target = target
             self._gathered.wait(remaining)
+            back = self._queued_callers()
+            if back > queued:
+                # Still coming back. On a busy machine 8 callers' Python took
+                # longer than one pause, and a batch cut at the first pause
+                # left the rest a batch (and a fsync) of their own: a third
+                # to a half of 8 writers' batches held all 8, against nine in
+                # ten waiting on. Two pauses at most: longer ones made the
+                # 16 writers of one conversation batches of 16, whose turn-id
+                # indexes filled their pages less (docs/benchmarks.md, "Writes
+                # to many conversations in one batch").
+                queued = back
+                deadline = time.monotonic() + _GATHER_SECONDS
 
     def _take_batch(self) -> list[Pending[W]]:
         """The next batch: queued writes in order, skipping every key that is in

@@ -334,6 +334,86 @@ def test_the_leader_waits_for_the_last_batch_s_callers_and_no_longer(
     assert not recorder.violations
 
 
+def _last_batch_of(
+    committer: GroupCommitter[Write], recorder: Recorder, n: int
+) -> None:
+    """Make the committer's last batch one of `n` thread callers: they queue
+    behind a slow batch and are committed together."""
+    recorder.delay = 0.3
+    slow = threading.Thread(target=committer.submit, args=(("slow", -1, 0),))
+    slow.start()
+    time.sleep(0.1)
+    callers = [
+        threading.Thread(target=committer.submit, args=((f"k{k}", k, 0),))
+        for k in range(n)
+    ]
+    for thread in callers:
+        thread.start()
+    for thread in (slow, *callers):
+        thread.join()
+    assert recorder.batches[-1] == n
+    recorder.delay = 0.0
+    recorder.batches.clear()
+
+
+def _callers_coming_back(
+    committer: GroupCommitter[Write], n: int, *, spacing: float, rounds: int
+) -> None:
+    """`n` writers in step, writer k `spacing * k` seconds behind the first."""
+    barrier = threading.Barrier(n)
+
+    def writer(index: int) -> None:
+        for number in range(1, rounds + 1):
+            barrier.wait()
+            time.sleep(spacing * index)
+            committer.submit((f"k{index}", index, number))
+
+    threads = [threading.Thread(target=writer, args=(k,)) for k in range(n)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+def test_the_leader_waits_while_callers_keep_coming_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Callers that come back one after another, each within a pause of the
+    one before, make one batch even when all of them take longer than one
+    pause (on a busy machine, 8 callers' Python took longer than 1 ms, and a
+    batch cut at the first pause left the rest a batch of their own)."""
+    import turnledger.infra.service_layer.group_commit as group_commit
+
+    monkeypatch.setattr(group_commit, "_GATHER_SECONDS", 0.3)
+    recorder = Recorder()
+    committer: GroupCommitter[Write] = GroupCommitter(recorder, key=lambda w: w[0])
+    _last_batch_of(committer, recorder, 3)
+    # Back at 0, 0.2 and 0.4 s: the last more than a pause after the first.
+    _callers_coming_back(committer, 3, spacing=0.2, rounds=4)
+    assert recorder.batches == [3] * 4
+    assert not recorder.violations
+
+
+def test_the_leader_waits_for_callers_coming_back_no_longer_than_its_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Callers that keep trickling back hold a batch for at most
+    `_GATHER_PAUSES` pauses: with a pause of 0.4 s (a limit of 0.8 s) and ten
+    callers 0.25 s apart, the first batch of a round closes before the last
+    of them (at 2.25 s) is back, and after the third (at 0.5 s)."""
+    import turnledger.infra.service_layer.group_commit as group_commit
+
+    monkeypatch.setattr(group_commit, "_GATHER_SECONDS", 0.4)
+    assert 0.5 < group_commit._GATHER_PAUSES * 0.4 < 9 * 0.25
+    recorder = Recorder()
+    committer: GroupCommitter[Write] = GroupCommitter(recorder, key=lambda w: w[0])
+    _last_batch_of(committer, recorder, 10)
+    _callers_coming_back(committer, 10, spacing=0.25, rounds=1)
+    assert 3 <= recorder.batches[0] < 10
+    assert sum(recorder.batches) == 10
+    assert not recorder.violations
+
+
 # A poster: a caller that does not wait on a thread (the HTTP service's event
 # loop). Its items are writes once `prepare` has made them.
 
