@@ -275,65 +275,6 @@ def test_limits_must_be_positive() -> None:
         GroupCommitter(Recorder(), key=lambda write: write[0], max_in_flight=0)
 
 
-def test_the_leader_waits_for_the_last_batch_s_callers_and_no_longer(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A leader whose last batch had two callers waits for two, woken by the
-    second's arrival; a lone caller's leader never waits, even when it
-    submitted several writes at once. With a gathering time of 30 s, any of
-    these mistakes would take minutes."""
-    import turnledger.infra.service_layer.group_commit as group_commit
-
-    monkeypatch.setattr(group_commit, "_GATHER_SECONDS", 30.0)
-    recorder = Recorder()
-    committer: GroupCommitter[Write] = GroupCommitter(recorder, key=lambda w: w[0])
-    began = time.monotonic()
-    for number in range(20):  # one writer: every batch of one, no wait
-        committer.submit(("a", 0, number))
-    for number in range(20):  # one caller of groups of varying size
-        works = [("g", 0, 100 * number + k) for k in range(1 + number % 5)]
-        assert [p.outcome() for p in committer.submit_many(works)]
-    assert time.monotonic() - began < 10
-
-    # A batch of two callers: both queue while a slow batch commits.
-    recorder.delay = 0.3
-    slow = threading.Thread(target=committer.submit, args=(("slow", 0, 0),))
-    slow.start()
-    time.sleep(0.1)
-    both = [
-        threading.Thread(target=committer.submit, args=((f"k{k}", k, 0),))
-        for k in range(2)
-    ]
-    for thread in both:
-        thread.start()
-    for thread in (slow, *both):
-        thread.join()
-    assert recorder.batches[-1] == 2
-    recorder.delay = 0.0
-
-    # Two writers in step, the second 50 ms behind the first each round: each
-    # round's leader waits for the second (whose arrival wakes it), not 30 s,
-    # and the batch holds both again.
-    barrier = threading.Barrier(2)
-
-    def writer(index: int) -> None:
-        for number in range(1, 11):
-            barrier.wait()
-            time.sleep(0.05 * index)
-            committer.submit((f"k{index}", index, number))
-
-    recorder.batches.clear()
-    threads = [threading.Thread(target=writer, args=(k,)) for k in range(2)]
-    began = time.monotonic()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert time.monotonic() - began < 20
-    assert recorder.batches == [2] * 10
-    assert not recorder.violations
-
-
 def _last_batch_of(
     committer: GroupCommitter[Write], recorder: Recorder, n: int
 ) -> None:
@@ -373,6 +314,39 @@ def _callers_coming_back(
         thread.start()
     for thread in threads:
         thread.join()
+
+
+def test_the_leader_waits_for_the_last_batch_s_callers_and_no_longer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A leader whose last batch had two callers waits for two, woken by the
+    second's arrival; a lone caller's leader never waits, even when it
+    submitted several writes at once. With a gathering time of 30 s, any of
+    these mistakes would take minutes."""
+    import turnledger.infra.service_layer.group_commit as group_commit
+
+    monkeypatch.setattr(group_commit, "_GATHER_SECONDS", 30.0)
+    recorder = Recorder()
+    committer: GroupCommitter[Write] = GroupCommitter(recorder, key=lambda w: w[0])
+    began = time.monotonic()
+    for number in range(20):  # one writer: every batch of one, no wait
+        committer.submit(("a", 0, number))
+    for number in range(20):  # one caller of groups of varying size
+        works = [("g", 0, 100 * number + k) for k in range(1 + number % 5)]
+        assert [p.outcome() for p in committer.submit_many(works)]
+    assert time.monotonic() - began < 10
+
+    # A batch of two callers: both queue while a slow batch commits.
+    _last_batch_of(committer, recorder, 2)
+
+    # Two writers in step, the second 50 ms behind the first each round: each
+    # round's leader waits for the second (whose arrival wakes it), not 30 s,
+    # and the batch holds both again.
+    began = time.monotonic()
+    _callers_coming_back(committer, 2, spacing=0.05, rounds=10)
+    assert time.monotonic() - began < 20
+    assert recorder.batches == [2] * 10
+    assert not recorder.violations
 
 
 def test_the_leader_waits_while_callers_keep_coming_back(
