@@ -96,13 +96,11 @@ class PostgresReadSideRecorder(
             .as_bytes(None)
         )
         self._write_function = sql.Identifier(datastore.schema, WRITE_FUNCTION)
+        # The batch's rows as the three-message path sends them
+        # (BATCH_PARAMETERS), then lock_wait, wake and credentials.
         self._call_write_function = (
-            sql.SQL(
-                "SELECT notification_id FROM "
-                "{}(%s, %s, %s, %s::uuid[], %s::bigint[], %s::text[], %b, %s, %s, %s) "
-                "AS notification_id"
-            )
-            .format(self._write_function)
+            sql.SQL("SELECT notification_id FROM {}({}, %s, %s, %s) AS notification_id")
+            .format(self._write_function, sql.SQL(", ".join(BATCH_PARAMETERS)))
             .as_bytes(None)
         )
         self._quiet_connections: weakref.WeakSet[psycopg.Connection[Any]] = (
