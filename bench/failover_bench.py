@@ -13,7 +13,9 @@ acknowledges a device's write sent after the kill, answered once a member
 commits again. The write pause is the second, from the kill; the service's
 share is the difference. At the end: acknowledged turns missing from their
 conversation (lost), recorded twice (duplicated), or never given to their
-user's long-polling device (undelivered), and every status answered.
+user's long-polling device (undelivered); writes missing from the read their
+device sent next with the position the write handed back (stale reads); and
+every status answered.
 
     .venv/bin/python bench/failover_bench.py [--kills 5]
 
@@ -113,13 +115,15 @@ def report(
         f"median write pause {median:.2f} s over {len(pauses)} kills "
         f"(target <= {TARGET_SECONDS:g} s); range {min(pauses):.2f}-{max(pauses):.2f} s"
     )
+    stale = len(ledger.stale_reads)
     print(
         f"acknowledged {len(ledger.acknowledged)}; lost {lost}; duplicated "
-        f"{duplicated}; undelivered {undelivered}; statuses {dict(statuses)}"
+        f"{duplicated}; undelivered {undelivered}; stale reads {stale} (a write "
+        f"missing from its device's next read); statuses {dict(statuses)}"
     )
     ok = (
         median <= TARGET_SECONDS
-        and lost == duplicated == undelivered == 0
+        and lost == duplicated == undelivered == stale == 0
         and set(statuses) <= {200, 503}
     )
     print("PASS" if ok else "FAIL")

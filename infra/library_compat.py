@@ -182,7 +182,7 @@ def replace_pool_check(
         max_size=built.max_size,
         open=False,
         configure=datastore.after_connect_func(),
-        timeout=built.timeout,
+        timeout=options.pop("timeout", built.timeout),
         max_waiting=built.max_waiting,
         max_lifetime=built.max_lifetime,
         check=check,

@@ -222,17 +222,23 @@ def batches_in_flight(settings: Settings) -> int:
     return settings.postgres_batches_in_flight
 
 
-def open_replica(settings: Settings) -> Conversations | None:
-    """The ledger read from the configured streaming replica, read-only; None
-    without one. It creates, upgrades and purges nothing (a hot standby
-    refuses writes anyway): the primary's ledger does all of that."""
-    replica = settings.replica_settings()
+def open_standby(standby: Settings, *, wait_seconds: float) -> Conversations:
+    """The ledger read from one streaming replica (one replica host:
+    infra/http/standbys.py), read-only, whose reads wait at most
+    `wait_seconds` for a connection. It creates, upgrades and purges nothing
+    (a hot standby refuses writes anyway): the primary's ledger does all of
+    that."""
     # The primary's start-up compares the store with the deletion record; a
     # replica a few milliseconds behind a deletion must not be refused for it.
-    return None if replica is None else _open_read_only(replica, check_record=False)
+    return _open_read_only(standby, check_record=False, pool_wait_seconds=wait_seconds)
 
 
-def _open_read_only(settings: Settings, *, check_record: bool = True) -> Conversations:
+def _open_read_only(
+    settings: Settings,
+    *,
+    check_record: bool = True,
+    pool_wait_seconds: float | None = None,
+) -> Conversations:
     if settings.persistence == "sqlite" and not settings.sqlite_events_path.exists():
         raise InvalidInputError(
             "TURNLEDGER_DATA_DIR", f"no store at {settings.data_dir}: nothing to read"
@@ -245,6 +251,8 @@ def _open_read_only(settings: Settings, *, check_record: bool = True) -> Convers
         # are made so that it reads as empty.
         create = "y" if settings.persistence == "memory" else "n"
         env = {**eventsourcing_env(settings), "CREATE_TABLE": create}
+        if pool_wait_seconds is not None:
+            env["POSTGRES_POOL_WAIT_SECONDS"] = str(pool_wait_seconds)  # ours
         ledger = Conversations(env, vault=vault, max_turn_bytes=settings.max_turn_bytes)
     except BaseException:
         vault.close()

@@ -60,6 +60,7 @@ def use_quiet_check(
     *,
     target_session_attrs: str = "any",
     options: str | None = None,
+    wait_seconds: float | None = None,
 ) -> None:
     """Give the library's datastore a pool that checks with `check_unless_quiet`
     and gives up a lost connection's slot after `RECONNECT_TIMEOUT_SECONDS`.
@@ -70,16 +71,16 @@ def use_quiet_check(
     made with the same settings and these, and libpq's `target_session_attrs`
     (a multi-host connection to a Patroni cluster: docs/ha.md), which the
     library does not pass either (`library_compat.replace_pool_check`), and
-    libpq's `options` (a replica's `lock_timeout`, `Settings.replica_settings`).
+    libpq's `options` (a replica's `lock_timeout`, `Settings.replica_settings`),
+    and how long a connection is waited for (`wait_seconds`; the library waits
+    its connect timeout: a standby's reads wait less, infra/http/standbys.py).
     """
     connection = {}
     if target_session_attrs != "any":
         connection["target_session_attrs"] = target_session_attrs
     if options:
         connection["options"] = options
-    replace_pool_check(
-        datastore,
-        check_unless_quiet,
-        connection=connection,
-        reconnect_timeout=RECONNECT_TIMEOUT_SECONDS,
-    )
+    pool: dict[str, float] = {"reconnect_timeout": RECONNECT_TIMEOUT_SECONDS}
+    if wait_seconds is not None:
+        pool["timeout"] = wait_seconds
+    replace_pool_check(datastore, check_unless_quiet, connection=connection, **pool)

@@ -70,6 +70,7 @@ class PostgresReadSideFactory(PostgresFactory):
             self.datastore,
             target_session_attrs=self.env.get("POSTGRES_TARGET_SESSION_ATTRS", "any"),
             options=self.env.get("POSTGRES_SESSION_OPTIONS"),
+            wait_seconds=_seconds(self.env.get("POSTGRES_POOL_WAIT_SECONDS")),
         )
 
     def application_recorder(self) -> PostgresReadSideRecorder:
@@ -78,3 +79,7 @@ class PostgresReadSideFactory(PostgresFactory):
         if not self.env_create_table():  # read-only: nothing is migrated
             recorder.check_schema_version()
         return recorder
+
+
+def _seconds(value: str | None) -> float | None:
+    return None if not value else float(value)

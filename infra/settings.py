@@ -82,7 +82,7 @@ class Settings(BaseSettings):
     postgres_replica_user: str = "postgres"
     postgres_replica_password: SecretStr = SecretStr("")
     postgres_replica_pool_size: PositiveInt = 5
-    # A Patroni cluster's members as the replica: "prefer-standby".
+    # libpq's target_session_attrs for each replica host's connections.
     postgres_replica_target_session_attrs: SessionAttrs = "any"
     # How long a read that must see a write waits for the replica to replay it
     # before it is served by the primary instead.

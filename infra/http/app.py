@@ -40,9 +40,10 @@ from turnledger.infra.http.errors import install_error_handlers
 from turnledger.infra.http.limits import BodySizeLimit, HeadSizeLimit
 from turnledger.infra.http.notifier import LogFollower, Poller, PostgresListener
 from turnledger.infra.http.service import Service
+from turnledger.infra.http.standbys import standbys
 from turnledger.infra.http.sync_path import SyncReadPath
 from turnledger.infra.http.turn_route import TurnWritePath
-from turnledger.infra.persistence import master_key, open_conversations, open_replica
+from turnledger.infra.persistence import master_key, open_conversations
 from turnledger.infra.process_hardening import disable_core_dumps
 from turnledger.infra.purge_retry import PurgeRetry
 from turnledger.infra.service_layer.application import Conversations
@@ -80,7 +81,7 @@ def create_app(
         settings=settings,
         ledger=ledger or open_conversations(settings),
         registry=registry or open_device_registry(settings),
-        replica=open_replica(settings),  # reads only; always this app's to close
+        standbys=standbys(settings),  # reads only; always this app's to close
         cursors=CursorCodec(master_key(settings)),
     )
     app = FastAPI(
@@ -142,8 +143,7 @@ def _lifespan(
             if watch.postgres_check is not None:
                 await watch.postgres_check.close()
             watch.changes.stop()
-            if service.replica is not None:
-                service.replica.close()
+            service.close_standbys()
             if owns_ledger:
                 ledger.close()
             if owns_registry:

@@ -1,25 +1,25 @@
-"""Where a read is served: the streaming replica when it has replayed far enough.
+"""Where a read is served: a hot standby when it has replayed far enough.
 
 Read-your-writes is kept by WAL position (docs/scaling.md). Every read names
 the position it must see: the highest of the one the client sent (its
 `TurnLedger-Position` header or its sync cursor) and the highest commit this
 process knows of on the primary (its own writes, and every other process's
-through the NOTIFY each commit sends). The replica serves the read once its
-replay position has reached that; a read waits for that up to
+through the NOTIFY each commit sends). A standby serves the read once its
+replay position has reached that on the primary's timeline (infra/http/
+standbys.py); a read waits for that up to
 `TURNLEDGER_POSTGRES_REPLICA_MAX_WAIT_SECONDS`, polling, and is otherwise
-served by the primary. A replica that fails is skipped for a few seconds.
+served by the primary. A standby that fails is skipped for a few seconds.
 With `TURNLEDGER_POSTGRES_REPLICA_READS=strict`, a read also asks the primary
 for its position first, so it sees every commit made before it began.
 
 Positions come from PostgreSQL: `pg_current_wal_flush_lsn()` on the primary
 right after a write commits (a commit is flushed before it returns, unless
-`synchronous_commit` is off, when the insert position is taken instead),
-`pg_last_wal_replay_lsn()` on the replica.
+`synchronous_commit` is off, when the insert position is taken instead), with
+the timeline of its WAL file; `pg_last_wal_replay_lsn()` on a standby.
 """
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable
@@ -27,28 +27,24 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import psycopg
-from eventsourcing.persistence import OperationalError as LibraryOperationalError
-from psycopg_pool import PoolTimeout
+from psycopg.rows import dict_row
 
+from turnledger.infra.http.standbys import FAILURES, Standby
 from turnledger.infra.service_layer.application import Conversations
 from turnledger.infra.service_layer.feed import ConversationFeed
 
-logger = logging.getLogger(__name__)
-
 T = TypeVar("T")
 
-# How often a waiting read asks the replica how far it has replayed.
 _POLL_SECONDS = 0.002
-# How long a replica that failed a read is left alone.
-_RETRY_REPLICA_SECONDS = 5.0
-_FAILURES = (psycopg.OperationalError, PoolTimeout, LibraryOperationalError)
+"""How often a waiting read asks the standbys how far they have replayed."""
 
 PRIMARY_POSITION = (
-    "SELECT CASE WHEN current_setting('synchronous_commit') = 'off' "
-    "THEN pg_current_wal_insert_lsn() ELSE pg_current_wal_flush_lsn() END "
-    "- '0/0'::pg_lsn AS position"
+    "SELECT at - '0/0'::pg_lsn AS position,"
+    " substr(pg_walfile_name(at), 1, 8) AS timeline"
+    " FROM (SELECT CASE WHEN current_setting('synchronous_commit') = 'off'"
+    " THEN pg_current_wal_insert_lsn() ELSE pg_current_wal_flush_lsn() END AS at)"
+    " AS here"
 )
-REPLAY_POSITION = "SELECT pg_last_wal_replay_lsn() - '0/0'::pg_lsn AS position"
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,9 +59,9 @@ class Source:
 
 
 class ReadRouter:
-    """Chooses the primary or the replica for each read; tracks WAL positions.
+    """Chooses the primary or a standby for each read; tracks WAL positions.
 
-    Without a replica every read goes to the primary and positions stay 0:
+    Without standbys every read goes to the primary and positions stay 0:
     nothing is queried and cursors are those of a single database.
     """
 
@@ -73,54 +69,59 @@ class ReadRouter:
         self,
         primary: Conversations,
         primary_feed: ConversationFeed,
-        replica: Conversations | None,
+        standbys: list[Standby],
         *,
         max_wait_seconds: float,
         strict: bool = False,
     ) -> None:
         self._primary = Source(primary, primary_feed, on_replica=False, position=0)
-        self._replica_ledger = replica
-        self._replica_feed = None if replica is None else ConversationFeed(replica)
+        self._standbys = standbys
         self._max_wait = max_wait_seconds
         self._strict = strict
         self._lock = threading.Lock()
         self._known = 0  # the highest primary position known to be committed
-        self._replayed = 0  # the highest replay position the replica reported
-        self._replica_down_until = 0.0
+        self._timeline = 0  # the primary's timeline at that position
         self.replica_reads = 0
         self.primary_reads = 0
 
     @property
     def has_replica(self) -> bool:
-        return self._replica_ledger is not None
+        return bool(self._standbys)
 
     @property
     def known_position(self) -> int:
         return self._known
 
-    def note_commit(self, position: int) -> None:
+    def note_commit(self, position: int, timeline: int = 0) -> None:
         """A commit on the primary at `position` (from a write or a NOTIFY)."""
         with self._lock:
             if position > self._known:
                 self._known = position
+            if timeline > self._timeline:
+                self._timeline = timeline
 
     def primary_position(self) -> int:
-        """The primary's position now (0: no replica); after a write, one its
+        """The primary's position now (0: no standby); after a write, one its
         commit is at or before."""
         if not self.has_replica:
             return 0
-        position = _position(self._primary.ledger, PRIMARY_POSITION)
-        self.note_commit(position)
-        return position
+        datastore = self._primary.ledger.recorder.datastore  # type: ignore[attr-defined]
+        with datastore.get_connection() as connection:
+            return self._note(connection.execute(PRIMARY_POSITION).fetchone())
 
     def note_primary_position(self, connection: psycopg.Connection[Any]) -> None:
         """Read the primary's position on `connection` (the sync listener's,
         after a NOTIFY), before the waiters it wakes read."""
-        if not self.has_replica:
-            return
-        row = connection.execute(PRIMARY_POSITION).fetchone()
-        if row is not None and row[0] is not None:
-            self.note_commit(int(row[0]))
+        if self.has_replica:
+            with connection.cursor(row_factory=dict_row) as cursor:
+                self._note(cursor.execute(PRIMARY_POSITION).fetchone())
+
+    def _note(self, row: dict[str, Any] | None) -> int:
+        if row is None or row["position"] is None:
+            return 0
+        position = int(row["position"])
+        self.note_commit(position, int(row["timeline"], 16))
+        return position
 
     def read(self, required: int, work: Callable[[Source], T]) -> tuple[T, int]:
         """Run `work` on a database that has replayed `required` or more, and
@@ -128,15 +129,19 @@ class ReadRouter:
         required = max(required, self._known)
         if self._strict and self.has_replica:
             required = max(required, self.primary_position())
-        replica = self._replica_source(required)
-        if replica is not None:
+        standby = self._standby_for(required)
+        if standby is not None and standby.ledger is not None:
+            assert standby.feed is not None and standby.replayed is not None
+            position = standby.replayed.position
             try:
-                result = work(replica)
-            except _FAILURES as error:
-                self._replica_failed(error)
+                result = work(Source(standby.ledger, standby.feed, True, position))
+            except FAILURES as error:
+                standby.failed(error)
             else:
-                self.replica_reads += 1
-                return result, replica.position
+                if standby.still_as_checked():
+                    self.replica_reads += 1
+                    return result, position
+                standby.replayed = None  # asked again before it serves
         self.primary_reads += 1
         result = work(self._primary)
         if not self.has_replica:
@@ -145,48 +150,32 @@ class ReadRouter:
         # heard of: hand back its position as of after the read.
         return result, max(required, self.primary_position())
 
-    def _replica_source(self, required: int) -> Source | None:
-        ledger, feed = self._replica_ledger, self._replica_feed
-        if ledger is None or feed is None:
-            return None
-        if time.monotonic() < self._replica_down_until:
-            return None
-        replayed = self._replayed
-        if replayed < required:
-            try:
-                replayed = self._wait_for_replay(ledger, required)
-            except _FAILURES as error:
-                self._replica_failed(error)
-                return None
-            if replayed < required:
-                return None
-        return Source(ledger, feed, on_replica=True, position=replayed)
-
-    def _wait_for_replay(self, ledger: Conversations, required: int) -> int:
+    def _standby_for(self, required: int) -> Standby | None:
+        """A standby known to have replayed `required` on the primary's
+        timeline, asking them (for up to the wait) if none is yet."""
+        ready = [s for s in self._standbys if s.available and s.open()]
+        for standby in ready:
+            if self._serves(standby, required) and standby.still_as_checked():
+                return standby
         deadline = time.monotonic() + self._max_wait
-        while True:
-            replayed = _position(ledger, REPLAY_POSITION)
-            with self._lock:
-                if replayed > self._replayed:
-                    self._replayed = replayed
-            if replayed >= required or time.monotonic() >= deadline:
-                return replayed
+        while ready:
+            for standby in ready:
+                try:
+                    standby.ask(self._timeline)
+                except FAILURES as error:
+                    standby.failed(error)
+                if self._serves(standby, required):
+                    return standby
+            ready = [s for s in ready if s.available]
+            if time.monotonic() >= deadline:
+                return None
             time.sleep(_POLL_SECONDS)
+        return None
 
-    def _replica_failed(self, error: BaseException) -> None:
-        logger.warning(
-            "replica read failed, reading from the primary for %.0f s: %s",
-            _RETRY_REPLICA_SECONDS,
-            str(error).strip().splitlines()[0] if str(error).strip() else error,
-        )
-        self._replica_down_until = time.monotonic() + _RETRY_REPLICA_SECONDS
-
-
-def _position(ledger: Conversations, statement: str) -> int:
-    """One WAL position query on the ledger's own connection pool; 0 when the
-    server has none (a replica's replay position on a server not in recovery)."""
-    datastore = ledger.recorder.datastore  # type: ignore[attr-defined]
-    with datastore.get_connection() as connection:
-        row = connection.execute(statement).fetchone()
-    value = None if row is None else row["position"]
-    return 0 if value is None else int(value)
+    def _serves(self, standby: Standby, required: int) -> bool:
+        replayed = standby.replayed
+        if not standby.available or replayed is None:
+            return False
+        if replayed.timeline is not None and replayed.timeline < self._timeline:
+            return False  # asked before the primary changed timeline
+        return replayed.position >= required

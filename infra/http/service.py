@@ -13,6 +13,7 @@ from turnledger.infra.devices import Device, DeviceRegistry
 from turnledger.infra.http.cursor import CursorCodec
 from turnledger.infra.http.notifier import UserSignals
 from turnledger.infra.http.reads import ReadRouter
+from turnledger.infra.http.standbys import Standby
 from turnledger.infra.http.turn_queue import LoopTurnWrites
 from turnledger.infra.service_layer.application import Conversations
 from turnledger.infra.service_layer.feed import ConversationFeed
@@ -46,7 +47,7 @@ class Service:
     ledger: Conversations
     registry: DeviceRegistry
     cursors: CursorCodec
-    replica: Conversations | None = None
+    standbys: list[Standby] = field(default_factory=list)
     feed: ConversationFeed = field(init=False)
     reads: ReadRouter = field(init=False)
     signals: UserSignals = field(init=False)
@@ -61,7 +62,7 @@ class Service:
         self.reads = ReadRouter(
             self.ledger,
             self.feed,
-            self.replica,
+            self.standbys,
             max_wait_seconds=self.settings.postgres_replica_max_wait_seconds,
             strict=self.settings.postgres_replica_reads == "strict",
         )
@@ -115,6 +116,11 @@ class Service:
         readers, self._sync_threads = self._sync_threads, None
         if readers is not None:
             readers.shutdown(wait=False)
+
+    def close_standbys(self) -> None:
+        """At shutdown: close the standbys' ledgers (this service opened them)."""
+        for standby in self.standbys:
+            standby.close()
 
     def token_counter(self, name: str) -> TokenCounter:
         """The named counter, loaded once (tiktoken encodings take a while)."""

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
+from psycopg import sql
 
 BIN = Path("/usr/lib/postgresql/15/bin")
 PORTS = range(55440, 55450)
@@ -81,6 +82,29 @@ class PrivateCluster:
 
     def stop(self, mode: str = "immediate") -> None:
         self._ctl("-w", "-m", mode, "stop")
+
+    def promote(self) -> None:
+        """End recovery: this standby becomes a primary on a new timeline."""
+        self._ctl("-w", "promote")
+
+    def follow(self, primary: PrivateCluster) -> None:
+        """Restart as a standby of `primary` (standby.signal, primary_conninfo),
+        with no rewind: a cluster that wrote WAL after `primary` left its
+        timeline replays that WAL and never streams from `primary`."""
+        conninfo = f"host=127.0.0.1 port={primary.port} user=postgres"
+        with psycopg.connect(self.conninfo, autocommit=True) as connection:
+            connection.execute(
+                sql.SQL("ALTER SYSTEM SET primary_conninfo = {}").format(
+                    sql.Literal(conninfo)
+                )
+            )
+        self.stop("fast")
+        subprocess.run(
+            _as_postgres(["touch", str(self.data / "standby.signal")]),
+            check=True,
+            timeout=10,
+        )
+        self.start()
 
     def running(self) -> bool:
         return (self.data / "postmaster.pid").exists()

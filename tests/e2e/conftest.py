@@ -14,6 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from fastapi import FastAPI
 from pydantic import SecretStr
 
 from turnledger.infra.devices import open_device_registry
@@ -142,3 +143,12 @@ def client(server: Server, token: str, **kwargs: object) -> httpx.Client:
         headers={"Authorization": f"Bearer {token}"},
         **kwargs,  # type: ignore[arg-type]
     )
+
+
+def close_stores(app: FastAPI) -> None:
+    """Close what `create_app` opened, for an app used without its lifespan
+    (which would close them at shutdown)."""
+    service = app.state.service
+    service.ledger.close()
+    service.registry.close()
+    service.close_standbys()

@@ -21,7 +21,7 @@ import pytest
 from psycopg import sql
 
 from tests.e2e.cluster import PrivateCluster, private_cluster, streaming_replica
-from tests.e2e.conftest import Server
+from tests.e2e.conftest import Server, close_stores
 from tests.e2e.test_replica_reads import _caught_up, _ReplayPaused
 from turnledger.infra.client import AsyncClient
 from turnledger.infra.http.app import create_app
@@ -130,10 +130,6 @@ def test_the_client_reads_its_own_writes_through_a_lagging_replica(
     try:
         fresh, window, stale = asyncio.run(scenario())
     finally:
-        service = reader_app.state.service
-        service.ledger.close()
-        service.registry.close()
-        if service.replica is not None:
-            service.replica.close()
+        close_stores(reader_app)
     assert fresh == window == ["t0", "t1"]
     assert stale == ["t0"]

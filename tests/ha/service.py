@@ -30,7 +30,6 @@ def cluster_settings(cluster: PatroniCluster, schema: str, **more: object) -> Se
         postgres_schema=schema,
         postgres_replica_host=hosts,
         postgres_replica_port=cluster.port,
-        postgres_replica_target_session_attrs="prefer-standby",
         master_key=new_master_key(),
         **more,  # type: ignore[arg-type]
     )

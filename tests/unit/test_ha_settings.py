@@ -8,6 +8,7 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 from pydantic import ValidationError
 
+from turnledger.infra.http.standbys import standby_settings
 from turnledger.infra.persistence import eventsourcing_env
 from turnledger.infra.settings import Settings
 from turnledger.infra.vault import new_master_key
@@ -69,3 +70,23 @@ def test_the_purge_asks_every_host_of_a_list_and_none_of_one_host() -> None:
         ("10.0.0.3", "5433"),
     ]
     assert members("host=a,b port=1,2") == [("a", "1"), ("b", "2")]
+
+
+def test_each_replica_host_is_a_standby_of_its_own() -> None:
+    """One pool per host (infra/http/standbys.py): a standby's check and the
+    read relying on it reach the same server."""
+    chosen = settings(
+        postgres_replica_host=HOSTS,
+        postgres_replica_port=6432,
+        postgres_replica_user="reader",
+    )
+    standbys = standby_settings(chosen)
+    assert [s.postgres_host for s in standbys] == HOSTS.split(",")
+    for standby in standbys:
+        parameters = conninfo_to_dict(standby.postgres_conninfo())
+        assert "," not in parameters["host"]
+        assert (parameters["port"], parameters["user"]) == ("6432", "reader")
+        assert standby_settings(standby) == []  # a standby of the standby: none
+    one = standby_settings(settings(postgres_replica_host="db2"))
+    assert [s.postgres_host for s in one] == ["db2"]
+    assert standby_settings(settings()) == []
