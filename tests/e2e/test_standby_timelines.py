@@ -20,6 +20,7 @@ from typing import Any
 import psycopg
 import pytest
 from fastapi.testclient import TestClient
+from psycopg.rows import dict_row
 
 from tests.e2e.cluster import PrivateCluster, private_cluster, streaming_replica
 from tests.e2e.conftest import close_stores
@@ -27,6 +28,7 @@ from tests.e2e.test_replica_reads import _caught_up, _primary_position, _replaye
 from turnledger.infra.devices import open_device_registry
 from turnledger.infra.http.app import create_app
 from turnledger.infra.http.reads import ReadRouter
+from turnledger.infra.http.standbys import STANDBY_STATE, Replayed, trusted_replay
 from turnledger.infra.settings import Settings
 from turnledger.infra.vault import new_master_key
 
@@ -149,6 +151,31 @@ def app_pool(http: TestClient) -> Any:
     """The connection pool of the service's one standby."""
     (standby,) = http.app.state.service.standbys  # type: ignore[attr-defined]
     return standby.ledger.recorder.datastore.pool
+
+
+def test_a_role_without_pg_read_all_stats_gets_the_position_alone(
+    pair: tuple[PrivateCluster, PrivateCluster, Settings],
+) -> None:
+    """The boundary docs/ha.md states, on a real standby: STANDBY_STATE as a
+    plain role shows a WAL receiver but not its status or timeline, so only
+    the position is checked; granted pg_read_all_stats, the role gets both."""
+    primary, standby, _ = pair
+    with psycopg.connect(primary.conninfo, autocommit=True) as connection:
+        connection.execute("CREATE ROLE plain LOGIN")
+    _caught_up(primary, standby)
+    plain = standby.conninfo.replace("user=postgres", "user=plain")
+    with psycopg.connect(plain, row_factory=dict_row) as connection:
+        row = connection.execute(STANDBY_STATE).fetchone()
+    assert row is not None and row["receiver"] is not None
+    assert row["status"] is None and row["timeline"] is None
+    assert trusted_replay(row, 1) == Replayed(int(row["position"]), None)
+    with psycopg.connect(primary.conninfo, autocommit=True) as connection:
+        connection.execute("GRANT pg_read_all_stats TO plain")
+    _caught_up(primary, standby)
+    with psycopg.connect(plain, row_factory=dict_row) as connection:
+        row = connection.execute(STANDBY_STATE).fetchone()
+    assert row is not None and row["status"] == "streaming"
+    assert trusted_replay(row, 1) == Replayed(int(row["position"]), 1)
 
 
 @contextmanager
