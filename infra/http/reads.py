@@ -130,18 +130,20 @@ class ReadRouter:
         if self._strict and self.has_replica:
             required = max(required, self.primary_position())
         standby = self._standby_for(required)
-        if standby is not None and standby.ledger is not None:
-            assert standby.feed is not None and standby.replayed is not None
-            position = standby.replayed.position
+        if standby is not None:
+            # _standby_for returns only an open standby that has replayed.
+            ledger, feed, replayed = standby.ledger, standby.feed, standby.replayed
+            assert ledger is not None and feed is not None and replayed is not None
+            position = replayed.position
             try:
-                result = work(Source(standby.ledger, standby.feed, True, position))
+                result = work(Source(ledger, feed, True, position))
             except FAILURES as error:
                 standby.failed(error)
             else:
                 if standby.still_as_checked():
                     self.replica_reads += 1
                     return result, position
-                standby.replayed = None  # asked again before it serves
+                standby.forget()
         self.primary_reads += 1
         result = work(self._primary)
         if not self.has_replica:

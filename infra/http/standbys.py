@@ -124,12 +124,11 @@ class Standby:
         finally:
             self._lock.release()
 
-    def ask(self, primary_timeline: int) -> Replayed | None:
-        """Ask the server what it has replayed; None if it may not serve."""
-        assert self.ledger is not None
-        broken = self.broken_connections()
-        datastore = self.ledger.recorder.datastore  # type: ignore[attr-defined]
-        with datastore.get_connection() as connection:
+    def ask(self, primary_timeline: int) -> None:
+        """Ask the server what it has replayed (`replayed`: None if it may
+        not serve)."""
+        broken = self._broken_connections()
+        with self._datastore().get_connection() as connection:
             row = connection.execute(STANDBY_STATE).fetchone()
         replayed = None if row is None else trusted_replay(row, primary_timeline)
         in_recovery = row is not None and bool(row["in_recovery"])
@@ -144,20 +143,26 @@ class Standby:
             )
             self._in_recovery = in_recovery
         self.replayed, self._broken_at_check = replayed, broken
-        return replayed
 
     def still_as_checked(self) -> bool:
         """Whether every connection the standby's reads used since it was last
         asked reached the server that answered: a connection found broken
         means it may have restarted, and replayed less than it said."""
-        return self.broken_connections() == self._broken_at_check
+        return self._broken_connections() == self._broken_at_check
 
-    def broken_connections(self) -> int:
+    def forget(self) -> None:
+        """Ask the server again before it serves a read."""
+        self.replayed = None
+
+    def _broken_connections(self) -> int:
         if self.ledger is None:
             return 0
-        pool = self.ledger.recorder.datastore.pool  # type: ignore[attr-defined]
-        stats = pool.get_stats()
+        stats = self._datastore().pool.get_stats()
         return int(stats.get("connections_lost", 0)) + int(stats.get("returns_bad", 0))
+
+    def _datastore(self) -> Any:
+        assert self.ledger is not None
+        return self.ledger.recorder.datastore  # type: ignore[attr-defined]
 
     def failed(self, error: BaseException) -> None:
         text = str(error).strip()
@@ -167,7 +172,7 @@ class Standby:
             RETRY_SECONDS,
             text.splitlines()[0] if text else repr(error),
         )
-        self.replayed = None
+        self.forget()
         self._down_until = time.monotonic() + RETRY_SECONDS
 
     def close(self) -> None:

@@ -139,7 +139,7 @@ def test_a_standby_back_with_less_than_its_check_said_serves_no_stale_read(
             behind.start()
             # The standby's pool finds its connections broken and replaces
             # them, now to the server that has not replayed t1.
-            pool = app_pool(http)
+            pool = _standby_pool(http)
             pool.check()
             while pool.get_stats().get("pool_available", 0) == 0:
                 time.sleep(0.01)
@@ -147,10 +147,27 @@ def test_a_standby_back_with_less_than_its_check_said_serves_no_stale_read(
             assert reads.replica_reads == 1
 
 
-def app_pool(http: TestClient) -> Any:
+def _standby_pool(http: TestClient) -> Any:
     """The connection pool of the service's one standby."""
     (standby,) = http.app.state.service.standbys  # type: ignore[attr-defined]
     return standby.ledger.recorder.datastore.pool
+
+
+def test_a_replica_host_that_is_not_a_standby_serves_no_read(
+    pair: tuple[PrivateCluster, PrivateCluster, Settings],
+) -> None:
+    """A member named as a replica host that is a primary (one promoted, or
+    the primary itself in a host list) is left alone: the read goes to the
+    service's primary and the host is skipped for the next reads."""
+    primary, _, settings = pair
+    on_itself = _settings(primary, primary, settings)
+    with _service(on_itself) as (http, reads):
+        conversation = http.post("/v1/conversations").json()["conversation_id"]
+        position = {POSITION: _put(http, conversation, "t0").headers[POSITION]}
+        assert _turn_ids(http, conversation, position) == ["t0"]
+        assert reads.replica_reads == 0
+        (standby,) = http.app.state.service.standbys  # type: ignore[attr-defined]
+        assert not standby.available and standby.replayed is None
 
 
 def test_a_role_without_pg_read_all_stats_gets_the_position_alone(
